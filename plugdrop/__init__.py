@@ -1,0 +1,58 @@
+"""plugdrop: retrofit regularization onto any PyTorch model, without touching its code.
+
+    >>> import plugdrop as pd
+    >>> h = pd.attach(model, "layer3.*", pd.DropBlock(pd.linear(0.0, 0.1, steps=5000),
+    ...                                                block_size=7))
+    >>> h.bind(optimizer)   # the schedule advances on every optimizer step
+    >>> h.remove()          # the model is exactly as it was
+"""
+
+from . import functional, schedules
+from ._attach import Handle, Summary, SummaryRow, attach, detach, select, summary
+from .schedules import Schedule, cosine, linear, piecewise, warmup
+from .transforms import (
+    ClipGradNorm,
+    ClipGradValue,
+    DropBlock,
+    Dropout,
+    Dropout2d,
+    DropPath,
+    ForwardTransform,
+    GaussianNoise,
+    GradientTransform,
+    GradNoise,
+    ScaleGrad,
+    Transform,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "attach",
+    "detach",
+    "select",
+    "summary",
+    "Handle",
+    "Summary",
+    "SummaryRow",
+    "Transform",
+    "ForwardTransform",
+    "GradientTransform",
+    "DropBlock",
+    "Dropout2d",
+    "Dropout",
+    "DropPath",
+    "GaussianNoise",
+    "ClipGradValue",
+    "ClipGradNorm",
+    "ScaleGrad",
+    "GradNoise",
+    "Schedule",
+    "linear",
+    "cosine",
+    "piecewise",
+    "warmup",
+    "functional",
+    "schedules",
+    "__version__",
+]

@@ -1,0 +1,137 @@
+"""Layouts: views of channels-last and token tensors as channels-first maps. Private.
+
+``channels_first``  ``(B, C, L)``, ``(B, C, H, W)``, ``(B, C, D, H, W)``
+``channels_last``   ``(B, L, C)``, ``(B, H, W, C)``, ``(B, D, H, W, C)``
+``tokens``          ``(B, N, C)`` with ``N = prefix + S * S`` (a square patch grid after
+                    ``prefix`` leading tokens such as a class token, which are left alone)
+
+Every view here is a view (no copy); results are mapped back with the inverse view, so the
+input's memory format is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+LAYOUTS = ("channels_first", "channels_last", "tokens")
+
+
+def check_layout(layout: str | None) -> None:
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(
+            f"layout must be one of {', '.join(repr(s) for s in LAYOUTS)}, got {layout!r}"
+        )
+
+
+def check_prefix(prefix: int | None) -> None:
+    if prefix is None:
+        return
+    if isinstance(prefix, bool) or not isinstance(prefix, int):
+        raise TypeError(f"prefix_tokens must be an int or None, got {type(prefix).__name__}")
+    if prefix < 0:
+        raise ValueError(f"prefix_tokens must be >= 0, got {prefix}")
+
+
+def _token_prefix(n: int, prefix: int | None) -> tuple[int, int]:
+    """(prefix, side) of a token sequence of length ``n``."""
+    if prefix is None:
+        side = math.isqrt(n)
+        return n - side * side, side
+    side = math.isqrt(max(n - prefix, 0))
+    if side * side != n - prefix or side == 0:
+        raise ValueError(
+            f"{n} tokens minus prefix_tokens={prefix} is not a square patch grid"
+        )
+    return prefix, side
+
+
+def _looks_like_tokens(shape: torch.Size) -> bool:
+    n = shape[1]
+    for k in (1, 2):  # class token, class + distillation token (DeiT)
+        side = math.isqrt(max(n - k, 0))
+        if side >= 2 and side * side == n - k:
+            return True
+    return False
+
+
+def _suspicious(shape: torch.Size) -> str | None:
+    """A fix hint when a tensor passed with the default layout looks like another layout."""
+    if len(shape) == 3 and _looks_like_tokens(shape):
+        return (
+            "it looks like a token sequence (B, N, C) with a class token, as vision "
+            "transformers produce; pass layout='tokens' (or layout='channels_first' if it "
+            "really is (B, C, L))"
+        )
+    if len(shape) == 4 and shape[1] == shape[2] != shape[3]:
+        return (
+            "it looks channels-last (B, H, W, C), as swin and other timm models produce; pass "
+            "layout='channels_last' (or layout='channels_first' if it really is (B, C, H, W))"
+        )
+    return None
+
+
+Restore = Callable[[torch.Tensor], torch.Tensor]
+
+
+def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...],
+                      what: str, prefix: int | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, Restore]:
+    """View ``x`` as channels-first ``(B, C, *spatial)``.
+
+    Returns ``(view, prefix_part, restore)``: apply the transform to ``view`` and pass the result
+    to ``restore`` to get a tensor in ``x``'s layout. ``ranks`` are the allowed spatial ranks.
+    ``layout=None`` is channels-first with a check that the shape does not look like another
+    layout. Raises ``ValueError`` naming the shape and the fix.
+    """
+    nd = x.dim()
+    if layout == "tokens":
+        if nd != 3:
+            raise ValueError(
+                f"{what} with layout='tokens' expects (B, N, C), got shape {tuple(x.shape)}"
+            )
+        b, n, c = x.shape
+        k, side = _token_prefix(n, prefix)
+        if side == 0:
+            raise ValueError(f"{what} got {n} tokens: no patch grid to act on")
+        if 2 not in ranks:
+            raise ValueError(f"{what} does not take layout='tokens'")
+        head = x[:, :k]
+        grid = x[:, k:].reshape(b, side, side, c).movedim(-1, 1)
+
+        def restore_tokens(y: torch.Tensor) -> torch.Tensor:
+            y = y.movedim(1, -1).reshape(b, side * side, c)
+            return torch.cat([head, y], dim=1) if k else y
+
+        return grid, head, restore_tokens
+
+    spatial = nd - 2
+    if spatial not in ranks:
+        allowed = " or ".join(
+            {1: "(B, C, L)", 2: "(B, C, H, W)", 3: "(B, C, D, H, W)", 0: "(B, C)"}[r]
+            for r in ranks
+        )
+        hint = ""
+        if nd == 2:
+            hint = "; a (B, features) output has no spatial map: use Dropout or DropPath"
+        raise ValueError(
+            f"{what} expects {allowed} input (channels-first; or the same with "
+            f"layout='channels_last'), got shape {tuple(x.shape)} of rank {nd}{hint}"
+        )
+    if layout is None:
+        hint = _suspicious(x.shape)
+        if hint is not None:
+            raise ValueError(f"{what} got shape {tuple(x.shape)}: {hint}")
+    if layout == "channels_last":
+        return x.movedim(-1, 1), None, _from_channels_first
+    return x, None, _identity
+
+
+def _identity(y: torch.Tensor) -> torch.Tensor:
+    return y
+
+
+def _from_channels_first(y: torch.Tensor) -> torch.Tensor:
+    return y.movedim(1, -1)

@@ -1,0 +1,259 @@
+"""Pure tensor functions behind plugdrop's transforms, usable without hooks.
+
+Forward functions take an activation and return a tensor of the same shape, dtype, device and
+memory format, connected to the autograd graph (they multiply by a mask; they never return a
+fresh tensor of zeros). With ``training=False`` or a probability of exactly ``0`` they return
+their input itself. Gradient functions take a gradient and return the transformed gradient.
+
+Probabilities and other settings are Python numbers or 0-dim tensors. A number is checked and
+raises on a bad value; a tensor is used as it is (reading it on the host would synchronize with
+the device), which is what ``torch.compile`` needs to trace a changing value without recompiling.
+
+Randomness comes from torch's generators: ``torch.manual_seed`` reproduces every mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks, _kernels, _layout
+
+__all__ = [
+    "drop_block",
+    "dropout2d",
+    "dropout",
+    "drop_path",
+    "gaussian_noise",
+    "clip_grad_value",
+    "clip_grad_norm",
+    "scale_grad",
+    "grad_noise",
+]
+
+Number = float | torch.Tensor
+
+_RESCALE = ("expected", "count", "none")
+
+
+def _is_zero(p: Number) -> bool:
+    return not isinstance(p, torch.Tensor) and p == 0.0
+
+
+def _keep_scale(p: Number) -> Number:
+    return 1.0 / (1.0 - p)
+
+
+def drop_block(
+    x: torch.Tensor,
+    p: Number,
+    block_size: int | tuple[int, ...] = 7,
+    *,
+    shared_channels: bool = False,
+    layout: str | None = None,
+    prefix_tokens: int | None = None,
+    rescale: str = "expected",
+    training: bool = True,
+) -> torch.Tensor:
+    """DropBlock (Ghiasi et al., 2018): drop contiguous blocks of a feature map.
+
+    Seeds are drawn in the region where a whole block fits, each seed drops a
+    ``block_size``-sized block (clipped to the map: a block larger than the map covers all of
+    it), and the seed probability is solved so that the expected fraction of dropped activations
+    is exactly ``p`` for every map size, block size and rank.
+
+    Args:
+        x: ``(B, C, L)``, ``(B, C, H, W)`` or ``(B, C, D, H, W)``; or channels-last
+            ``(B, ..., C)`` with ``layout="channels_last"``; or tokens ``(B, N, C)`` with
+            ``layout="tokens"``.
+        p: fraction of activations to drop, in ``[0, 1)``.
+        block_size: side of the square (cubic) block, or one size per spatial dim. Even sizes
+            work. Default: 7.
+        shared_channels: one mask per sample shared by all channels. Default: ``False``, an
+            independent mask per channel as in the paper.
+        layout: ``"channels_first"``, ``"channels_last"`` or ``"tokens"``. Default ``None`` is
+            channels-first, raising if the shape looks like another layout.
+        prefix_tokens: with ``layout="tokens"``: number of leading tokens (class, distillation)
+            left untouched. Default: inferred as ``N - floor(sqrt(N))**2``.
+        rescale: ``"expected"`` (default) multiplies each kept activation by the inverse of its
+            keep probability, so ``E[out] == x`` at every position; ``"count"`` multiplies by
+            ``numel / kept`` over the whole tensor, as in the paper's Algorithm 1 (accumulated in
+            float32, never dividing by zero); ``"none"`` does not rescale.
+        training: apply only if ``True``; otherwise return ``x``.
+
+    Returns:
+        A tensor like ``x``.
+
+    Raises:
+        ValueError: ``p`` outside ``[0, 1)`` or NaN, ``block_size < 1``, an input rank or shape
+            that does not fit the layout.
+        TypeError: non-tensor ``x``, non-integer ``block_size``.
+    """
+    _checks.tensor("x", x)
+    p = _checks.tensor_or("p", p, _checks.probability)
+    blocks = _checks.block_size(block_size)
+    if rescale not in _RESCALE:
+        raise ValueError(f"rescale must be one of {_RESCALE}, got {rescale!r}")
+    _layout.check_layout(layout)
+    _layout.check_prefix(prefix_tokens)
+    view, _, restore = _layout.to_channels_first(x, layout, (1, 2, 3), "drop_block",
+                                                  prefix_tokens)
+    if not training or _is_zero(p):
+        return x
+    sizes = tuple(view.shape[2:])
+    if isinstance(blocks, tuple):
+        if len(blocks) != len(sizes):
+            raise ValueError(
+                f"block_size {blocks} has {len(blocks)} entries but the input has "
+                f"{len(sizes)} spatial dims (shape {tuple(x.shape)})"
+            )
+    else:
+        blocks = (blocks,) * len(sizes)
+    if 0 in sizes or view.shape[0] == 0 or view.shape[1] == 0:
+        return x
+    blocks = tuple(min(b, s) for b, s in zip(blocks, sizes))
+    b, c = view.shape[:2]
+    if isinstance(p, torch.Tensor):
+        q = _kernels.solve_keep_tensor(p, sizes, blocks).to(view.device)
+        gamma = (1.0 - q).to(torch.float32)
+        q = q.to(torch.float32)
+    else:
+        q = _kernels.solve_keep(float(p), sizes, blocks)
+        gamma = 1.0 - q
+    dropped = _kernels.block_dropped(b, 1 if shared_channels else c, sizes, blocks, gamma,
+                                     view.device)
+    if rescale == "expected":
+        n = _kernels.coverage_map(sizes, blocks, view.device)
+        scale = torch.pow(q, -n) if isinstance(q, torch.Tensor) else torch.pow(
+            torch.tensor(q, dtype=torch.float32, device=view.device), -n)
+        mult = torch.where(dropped, 0.0, scale)
+    else:
+        mult = (~dropped).to(torch.float32)
+        if rescale == "count":
+            # A shared mask is broadcast over channels: its kept ratio is the same.
+            kept = mult.sum(dtype=torch.float32).clamp(min=1.0)
+            mult = mult * (float(mult.numel()) / kept)
+    out = view * mult.to(view.dtype)
+    return restore(out)
+
+
+def dropout2d(
+    x: torch.Tensor,
+    p: Number,
+    *,
+    layout: str | None = None,
+    prefix_tokens: int | None = None,
+    training: bool = True,
+) -> torch.Tensor:
+    """Drop whole channels, independently per sample, and rescale by ``1 / (1 - p)``.
+
+    Args:
+        x: ``(B, C, *spatial)`` with 0 to 3 spatial dims; channels-last ``(B, *spatial, C)``
+            with ``layout="channels_last"``; tokens ``(B, N, C)`` with ``layout="tokens"``
+            (prefix tokens are left alone).
+        p: probability of dropping a channel, in ``[0, 1)``.
+        layout, prefix_tokens, training: as in :func:`drop_block`.
+    """
+    _checks.tensor("x", x)
+    p = _checks.tensor_or("p", p, _checks.probability)
+    _layout.check_layout(layout)
+    _layout.check_prefix(prefix_tokens)
+    view, _, restore = _layout.to_channels_first(x, layout, (0, 1, 2, 3), "dropout2d",
+                                                  prefix_tokens)
+    if not training or _is_zero(p):
+        return x
+    shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
+    keep = torch.rand(shape, device=x.device) >= p
+    mult = torch.where(keep, _keep_scale(p), 0.0)
+    return restore(view * mult.to(view.dtype))
+
+
+def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tensor:
+    """Elementwise dropout: zero each activation with probability ``p``, rescale the rest by
+    ``1 / (1 - p)``. Any shape."""
+    _checks.tensor("x", x)
+    p = _checks.tensor_or("p", p, _checks.probability)
+    if not training or _is_zero(p):
+        return x
+    keep = torch.rand_like(x, dtype=torch.float32) >= p
+    return x * torch.where(keep, _keep_scale(p), 0.0).to(x.dtype)
+
+
+def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
+              training: bool = True) -> torch.Tensor:
+    """Stochastic depth: zero whole samples (dim 0) with probability ``p``.
+
+    Use it on a residual branch (the output of a block's branch, before it is added to the
+    skip connection); on a whole block it drops the sample's features altogether.
+    Kept samples are rescaled by ``1 / (1 - p)`` unless ``scale_by_keep=False``.
+    """
+    _checks.tensor("x", x)
+    p = _checks.tensor_or("p", p, _checks.probability)
+    if x.dim() == 0:
+        raise ValueError("drop_path needs a batch dimension, got a 0-dim tensor")
+    if not training or _is_zero(p):
+        return x
+    shape = (x.shape[0],) + (1,) * (x.dim() - 1)
+    keep = torch.rand(shape, device=x.device) >= p
+    mult = torch.where(keep, _keep_scale(p) if scale_by_keep else 1.0, 0.0)
+    return x * mult.to(x.dtype)
+
+
+def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False,
+                   training: bool = True) -> torch.Tensor:
+    """Add ``std * N(0, 1)`` noise, or multiply by ``1 + std * N(0, 1)`` if ``multiplicative``.
+
+    Noise is drawn per element in ``x``'s dtype and memory format.
+    """
+    _checks.tensor("x", x)
+    std = _checks.tensor_or("std", std, _checks.non_negative)
+    if not training or _is_zero(std):
+        return x
+    noise = torch.randn_like(x) * (std.to(x.dtype) if isinstance(std, torch.Tensor) else std)
+    return x * (1.0 + noise) if multiplicative else x + noise
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def clip_grad_value(g: torch.Tensor, clip: Number) -> torch.Tensor:
+    """Clamp every gradient element to ``[-clip, clip]``."""
+    clip = _checks.tensor_or("clip", clip, _checks.positive)
+    if isinstance(clip, torch.Tensor):
+        clip = clip.to(g.dtype)
+        return torch.minimum(torch.maximum(g, -clip), clip)
+    return g.clamp(-clip, clip)
+
+
+def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
+                   per_sample: bool = True) -> torch.Tensor:
+    """Rescale the gradient so its norm is at most ``max_norm``.
+
+    With ``per_sample=True`` (for activations) each sample ``g[i]`` is clipped on its own norm;
+    otherwise the whole tensor (for a parameter). Norms are accumulated in float32.
+    """
+    max_norm = _checks.tensor_or("max_norm", max_norm, _checks.positive)
+    if per_sample and g.dim() >= 2:
+        dims = tuple(range(1, g.dim()))
+        norms = torch.linalg.vector_norm(g, norm_type, dim=dims, keepdim=True,
+                                         dtype=torch.float32)
+    else:
+        norms = torch.linalg.vector_norm(g, norm_type, dtype=torch.float32)
+    factor = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    return g * factor.to(g.dtype)
+
+
+def scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
+    """Multiply the gradient by ``factor`` (negative reverses it, as in DANN's gradient
+    reversal layer)."""
+    factor = _checks.tensor_or("factor", factor, _checks.finite)
+    if isinstance(factor, torch.Tensor):
+        return g * factor.to(g.dtype)
+    return g * factor
+
+
+def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
+    """Add ``std * N(0, 1)`` noise to the gradient."""
+    std = _checks.tensor_or("std", std, _checks.non_negative)
+    if _is_zero(std):
+        return g
+    return g + torch.randn_like(g) * (std.to(g.dtype) if isinstance(std, torch.Tensor) else std)

@@ -1,0 +1,270 @@
+"""Schedules: numeric settings that change with the training step.
+
+A schedule is a callable ``step -> value``. Steps are counted by the :class:`~plugdrop.Handle`
+that owns the transform (``handle.step()`` or ``handle.bind(optimizer)``), starting at 0 when the
+transform is attached. Every schedule holds its end value after its last step.
+
+Any callable ``step -> float`` can be used where a schedule is expected; the classes here add a
+readable ``repr`` (shown by :func:`plugdrop.summary`) and pickle cleanly, which a lambda does not.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Union
+
+__all__ = [
+    "Schedule",
+    "Constant",
+    "Linear",
+    "Cosine",
+    "Piecewise",
+    "Warmup",
+    "linear",
+    "cosine",
+    "piecewise",
+    "warmup",
+    "as_schedule",
+]
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _steps(name: str, value: object, *, allow_zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < 0 or (value == 0 and not allow_zero):
+        low = "0" if allow_zero else "1"
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return value
+
+
+class Schedule:
+    """Base class of schedules: ``schedule(step) -> float`` for integer ``step >= 0``."""
+
+    def __call__(self, step: int) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def values(self) -> list[float]:
+        """The values that bound this schedule (its extremes), used to validate it up front."""
+        return [self(0)]
+
+
+class Constant(Schedule):
+    """The same value at every step."""
+
+    def __init__(self, value: float) -> None:
+        self.value = _number("value", value)
+
+    def __call__(self, step: int) -> float:
+        return self.value
+
+    def values(self) -> list[float]:
+        return [self.value]
+
+    def __repr__(self) -> str:
+        return f"{self.value:g}"
+
+
+class Linear(Schedule):
+    """Linear ramp from ``start`` (step 0) to ``end`` (step ``steps``), then ``end``."""
+
+    def __init__(self, start: float, end: float, steps: int) -> None:
+        self.start = _number("start", start)
+        self.end = _number("end", end)
+        self.steps = _steps("steps", steps)
+
+    def __call__(self, step: int) -> float:
+        t = min(max(step, 0), self.steps) / self.steps
+        return self.start + (self.end - self.start) * t
+
+    def values(self) -> list[float]:
+        return [self.start, self.end]
+
+    def __repr__(self) -> str:
+        return f"linear({self.start:g}, {self.end:g}, steps={self.steps})"
+
+
+class Cosine(Schedule):
+    """Half-cosine ramp from ``start`` (step 0) to ``end`` (step ``steps``), then ``end``."""
+
+    def __init__(self, start: float, end: float, steps: int) -> None:
+        self.start = _number("start", start)
+        self.end = _number("end", end)
+        self.steps = _steps("steps", steps)
+
+    def __call__(self, step: int) -> float:
+        t = min(max(step, 0), self.steps) / self.steps
+        return self.start + (self.end - self.start) * (1.0 - math.cos(math.pi * t)) / 2.0
+
+    def values(self) -> list[float]:
+        return [self.start, self.end]
+
+    def __repr__(self) -> str:
+        return f"cosine({self.start:g}, {self.end:g}, steps={self.steps})"
+
+
+class Piecewise(Schedule):
+    """Values given at milestones: ``{step: value}``.
+
+    With ``interpolation="constant"`` (default) each value holds from its step until the next
+    milestone; with ``"linear"`` values are interpolated between milestones. Before the first
+    milestone the first value is used; after the last, the last.
+    """
+
+    def __init__(self, points: Mapping[int, float], interpolation: str = "constant") -> None:
+        if not isinstance(points, Mapping):
+            raise TypeError(
+                f"piecewise() takes a mapping {{step: value}}, got {type(points).__name__}"
+            )
+        if not points:
+            raise ValueError("piecewise() needs at least one {step: value} pair")
+        if interpolation not in ("constant", "linear"):
+            raise ValueError(
+                f"interpolation must be 'constant' or 'linear', got {interpolation!r}"
+            )
+        items = sorted(
+            (_steps("a piecewise step", k, allow_zero=True), _number(f"the value at step {k}", v))
+            for k, v in points.items()
+        )
+        self.steps = [k for k, _ in items]
+        self.points = [v for _, v in items]
+        self.interpolation = interpolation
+
+    def __call__(self, step: int) -> float:
+        steps, vals = self.steps, self.points
+        if step <= steps[0]:
+            return vals[0]
+        for i in range(1, len(steps)):
+            if step < steps[i]:
+                if self.interpolation == "constant":
+                    return vals[i - 1]
+                t = (step - steps[i - 1]) / (steps[i] - steps[i - 1])
+                return vals[i - 1] + (vals[i] - vals[i - 1]) * t
+        return vals[-1]
+
+    def values(self) -> list[float]:
+        return list(self.points)
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}: {v:g}" for k, v in zip(self.steps, self.points))
+        extra = "" if self.interpolation == "constant" else ", interpolation='linear'"
+        return f"piecewise({{{body}}}{extra})"
+
+
+class Warmup(Schedule):
+    """Linear warm-up from ``start`` to ``schedule(0)`` over ``steps`` steps, then ``schedule``.
+
+    The wrapped schedule begins after the warm-up: at step ``steps + k`` the value is
+    ``schedule(k)``.
+    """
+
+    def __init__(self, schedule: Schedule | Callable[[int], float], steps: int,
+                 start: float = 0.0) -> None:
+        self.schedule = as_schedule(schedule)
+        self.steps = _steps("warmup steps", steps, allow_zero=True)
+        self.start = _number("warmup start", start)
+
+    def __call__(self, step: int) -> float:
+        if step < self.steps:
+            return self.start + (self.schedule(0) - self.start) * step / self.steps
+        return self.schedule(step - self.steps)
+
+    def values(self) -> list[float]:
+        return [self.start, *self.schedule.values()]
+
+    def __repr__(self) -> str:
+        return f"warmup({self.schedule!r}, steps={self.steps}, start={self.start:g})"
+
+
+class _Callable(Schedule):
+    """Adapter for a user callable ``step -> value``."""
+
+    def __init__(self, fn: Callable[[int], float]) -> None:
+        self.fn = fn
+
+    def __call__(self, step: int) -> float:
+        return _number(f"the value of schedule {self.fn!r} at step {step}", self.fn(step))
+
+    def values(self) -> list[float]:
+        return [self(0)]
+
+    def __repr__(self) -> str:
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+
+ScheduleLike = Union[float, int, Schedule, Callable[[int], float]]
+
+
+def as_schedule(value: ScheduleLike) -> Schedule:
+    """Turn a number, a :class:`Schedule` or a callable ``step -> value`` into a Schedule.
+
+    Raises:
+        TypeError: for anything else (a string, a tensor, ``None``...).
+    """
+    if isinstance(value, Schedule):
+        return value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return Constant(value)
+    if callable(value) and not isinstance(value, type):
+        return _Callable(value)
+    raise TypeError(
+        f"expected a number, a plugdrop schedule or a callable step -> value, "
+        f"got {type(value).__name__} {value!r}"
+    )
+
+
+def _wrap(schedule: Schedule, warmup_steps: int) -> Schedule:
+    return Warmup(schedule, warmup_steps) if warmup_steps else schedule
+
+
+def linear(start: float, end: float, steps: int, *, warmup: int = 0) -> Schedule:
+    """Linear ramp from ``start`` to ``end`` over ``steps`` steps, holding ``end`` afterwards.
+
+    Args:
+        start: value at step 0 (after the warm-up, if any).
+        end: value at step ``steps`` and every later step.
+        steps: length of the ramp, >= 1.
+        warmup: optional number of steps before the ramp during which the value rises
+            linearly from 0 to ``start``.
+
+    Example::
+
+        >>> s = linear(0.0, 0.1, steps=100)
+        >>> s(0), s(50), s(100), s(10_000)
+        (0.0, 0.05, 0.1, 0.1)
+    """
+    return _wrap(Linear(start, end, steps), _steps("warmup", warmup, allow_zero=True))
+
+
+def cosine(start: float, end: float, steps: int, *, warmup: int = 0) -> Schedule:
+    """Half-cosine ramp from ``start`` to ``end`` over ``steps`` steps, then ``end``.
+
+    ``warmup`` works as in :func:`linear`.
+    """
+    return _wrap(Cosine(start, end, steps), _steps("warmup", warmup, allow_zero=True))
+
+
+def piecewise(points: Mapping[int, float], *, interpolation: str = "constant",
+              warmup: int = 0) -> Schedule:
+    """Values at milestones, e.g. ``piecewise({0: 0.0, 1000: 0.05, 5000: 0.1})``.
+
+    Each value holds from its step on (``interpolation="constant"``), or values are joined
+    linearly (``"linear"``). ``warmup`` works as in :func:`linear`.
+    """
+    return _wrap(Piecewise(points, interpolation), _steps("warmup", warmup, allow_zero=True))
+
+
+def warmup(schedule: ScheduleLike, steps: int, *, start: float = 0.0) -> Schedule:
+    """Prefix ``schedule`` (or a constant) with a linear warm-up from ``start`` over ``steps``."""
+    return Warmup(as_schedule(schedule), steps, start)
