@@ -272,20 +272,28 @@ def _module_device(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _invalidate_compiled(model: nn.Module) -> None:
-    """Make hooks added to or removed from a compiled model take effect.
+_compiled_frames_seen = 0
 
-    Dynamo does not guard on module hooks by default, so code compiled before an attach would
-    keep running without the new hooks. When ``model`` is (or contains) a compiled module, the
-    compiled code is dropped and the next call recompiles with the hooks in place.
+
+def _invalidate_compiled() -> None:
+    """Make hooks added to (or removed from) a model that ``torch.compile`` already traced
+    take effect.
+
+    Dynamo does not guard on the hooks of modules that had none when it traced them
+    (``skip_nnmodule_hook_guards``), so a compiled model would silently keep running without
+    a new attachment. If anything was compiled in this process since the last time we looked,
+    the compiled code is dropped (``torch.compiler.reset()``) and the next call recompiles with
+    the hooks in place. A process that never compiles pays nothing.
     """
-    compiled = any(
-        type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None)
-        is not None
-        for m in _selection.iter_modules(model)
-    )
-    if compiled:
+    global _compiled_frames_seen
+    try:
+        from torch._dynamo.utils import counters
+        frames = int(counters["frames"].get("total", 0))
+    except Exception:  # pragma: no cover - private API moved: be safe, reset
+        frames = _compiled_frames_seen + 1
+    if frames > _compiled_frames_seen:
         torch.compiler.reset()
+        _compiled_frames_seen = frames
 
 
 # ----------------------------------------------------------------------------------- handle
@@ -326,6 +334,8 @@ class Handle:
             if isinstance(hook, _ParamsHook):
                 hook.uninstall()
             removable.remove()
+        if self._hooks:
+            _invalidate_compiled()
         self._hooks = []
         self.unbind()
         self.transform._attached = False
@@ -521,7 +531,7 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             removable.remove()
         raise
     transform._attached = True
-    _invalidate_compiled(model)
+    _invalidate_compiled()
     return Handle(transform, where, [n for n, _ in selected], hooks)
 
 
@@ -538,7 +548,7 @@ def detach(model: nn.Module) -> int:
             _remove_hook(module, d, key, hook)
             count += 1
     if count:
-        _invalidate_compiled(model)
+        _invalidate_compiled()
     return count
 
 

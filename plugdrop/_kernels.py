@@ -34,7 +34,8 @@ def coverage(size: int, block: int) -> list[int]:
     return [min(i, last) - max(0, i - block + 1) + 1 for i in range(size)]
 
 
-def _coverage_histogram(sizes: tuple[int, ...], blocks: tuple[int, ...]) -> tuple[tuple[int, float], ...]:
+@functools.lru_cache(maxsize=256)
+def coverage_histogram(sizes: tuple[int, ...], blocks: tuple[int, ...]) -> tuple[tuple[int, float], ...]:
     """Distribution of the coverage count ``n`` over the map: ``((n, weight), ...)``."""
     hist: Counter[int] = Counter({1: 1})
     for s, b in zip(sizes, blocks):
@@ -48,13 +49,21 @@ def _coverage_histogram(sizes: tuple[int, ...], blocks: tuple[int, ...]) -> tupl
     return tuple(sorted((n, w / total) for n, w in hist.items()))
 
 
-coverage_histogram = functools.lru_cache(maxsize=256)(_coverage_histogram)
 
 
 def _paper_gamma(p, sizes, blocks):
     area = math.prod(sizes)
-    valid = math.prod(s - b + 1 for s, b in zip(sizes, blocks))
+    valid = math.prod([s - b + 1 for s, b in zip(sizes, blocks)])
     return p * area / (math.prod(blocks) * valid)
+
+
+@torch.compiler.assume_constant_result
+def _geometry(sizes: tuple[int, ...], blocks: tuple[int, ...]
+              ) -> tuple[tuple[float, ...], tuple[float, ...], float]:
+    """(coverage counts, their weights, paper gamma per unit p): constants for a trace."""
+    hist = coverage_histogram(sizes, blocks)
+    return (tuple(float(n) for n, _ in hist), tuple(w for _, w in hist),
+            _paper_gamma(1.0, sizes, blocks))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -91,11 +100,11 @@ def solve_keep_tensor(p: torch.Tensor, sizes: tuple[int, ...], blocks: tuple[int
                       iters: int = 24) -> torch.Tensor:
     """Tensor version of :func:`solve_keep` for a 0-dim ``p`` (used under ``torch.compile``,
     where ``p`` is a graph input and must not be read on the host)."""
-    hist = _coverage_histogram(sizes, blocks)
+    counts, weights, unit_gamma = _geometry(sizes, blocks)
     p = p.to(torch.float64)
-    ns = torch.tensor([n for n, _ in hist], dtype=torch.float64, device=p.device)
-    ws = torch.tensor([w for _, w in hist], dtype=torch.float64, device=p.device)
-    q = 1.0 - p * (_paper_gamma(1.0, sizes, blocks))
+    ns = torch.tensor(counts, dtype=torch.float64, device=p.device)
+    ws = torch.tensor(weights, dtype=torch.float64, device=p.device)
+    q = 1.0 - p * unit_gamma
     q = torch.where(q > 0, q, torch.ones_like(q))
     for _ in range(iters):
         qn1 = q ** (ns - 1)

@@ -13,6 +13,7 @@ every step (used under ``torch.compile``, so a changing value does not recompile
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -43,6 +44,8 @@ class _Setting:
     def __init__(self, name: str, value: ScheduleLike, check: Callable[[str, object], float]):
         self.name = name
         self.check = check
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            check(name, value)
         try:
             self.schedule: Schedule = as_schedule(value)
         except TypeError as e:
