@@ -480,3 +480,22 @@ def test_attach_to_a_model_compiled_without_hooks_takes_effect():
     h.remove()
     assert torch.equal(cm(x), before)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_replays_the_same_mask(reentrant):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
+    pd.attach(block, "0", pd.DropBlock(0.3, block_size=3))
+    x = torch.randn(2, 4, 10, 10, requires_grad=True)
+    grads = []
+    for use_ckpt in (False, True):
+        block.zero_grad()
+        x.grad = None
+        torch.manual_seed(7)
+        out = checkpoint(block, x, use_reentrant=reentrant) if use_ckpt else block(x)
+        out.square().sum().backward()
+        grads.append((x.grad.clone(), block[0].weight.grad.clone()))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
