@@ -24,6 +24,9 @@ from collections import Counter
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from . import _cext
 
 _POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 
@@ -150,3 +153,143 @@ def block_dropped(batch: int, channels: int, sizes: tuple[int, ...], blocks: tup
     else:
         blocked = _POOL[nd](seeds, blocks, stride=1)
     return blocked > 0
+
+
+# --------------------------------------------------------------------------- scale maps
+
+
+@functools.lru_cache(maxsize=64)
+def scale_map(q: float, sizes: tuple[int, ...], blocks: tuple[int, ...],
+              device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``1 / q ** n`` at every position (shape ``sizes``): the inverse keep probability.
+
+    Cached per (q, geometry, device, dtype): a schedule changes ``q`` once per step.
+    """
+    with torch.inference_mode(False), torch.no_grad():
+        n = coverage_map(sizes, blocks, device).to(torch.float64)
+        return torch.pow(torch.tensor(q, dtype=torch.float64, device=device), -n).to(dtype)
+
+
+# ------------------------------------------------------------------- sparse seeds (CPU)
+
+#: Above this seed probability the dense path (a random number per valid position) is used.
+SPARSE_MAX_GAMMA = 0.05
+
+
+def sparse_seeds(total: int, gamma: float) -> torch.Tensor:
+    """Sorted positions in ``[0, total)`` of a Bernoulli(``gamma``) process, as int64.
+
+    Exact: the gaps between successive successes of independent Bernoulli trials are
+    Geometric(``gamma``), drawn with torch's generator, so ``torch.manual_seed`` reproduces them.
+    Costs O(``gamma * total``) instead of a random number per position. CPU only (the final cut
+    reads a value on the host).
+    """
+    parts = []
+    last = -1.0
+    while True:
+        expected = (total - 1 - last) * gamma
+        k = int(expected + 6.0 * math.sqrt(expected) + 16)
+        pos = torch.empty(k, dtype=torch.float64).geometric_(gamma).cumsum_(0).add_(last)
+        end = float(pos[-1])
+        if end >= total:
+            cut = int(torch.searchsorted(pos, float(total)))
+            parts.append(pos[:cut])
+            break
+        parts.append(pos)
+        last = end
+    pos = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return pos.to(torch.int64)
+
+
+def _dense_strides(t: torch.Tensor) -> bool:
+    """True if ``t`` covers exactly ``t.numel()`` consecutive storage elements (any order)."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True
+
+
+def _zero_blocks(t: torch.Tensor, seeds: torch.Tensor, channels: int,
+                 valid: tuple[int, ...], blocks: tuple[int, ...]) -> torch.Tensor:
+    """Zero, in place, the block of every seed in a dense channels-first tensor ``t``.
+
+    ``seeds`` index the flattened ``(B, channels, *valid)`` seed grid; each seed is the
+    top-left corner of a block of size ``blocks``. Memory offsets come from ``t``'s strides, so
+    any dense memory order works (channels-last included).
+    """
+    if seeds.numel() == 0:
+        return t
+    strides = t.stride()
+    v = math.prod(valid)
+    m = seeds // v
+    r = seeds - m * v
+    b = m // channels
+    offset = b * strides[0] + (m - b * channels) * strides[1]
+    for d in range(len(valid) - 1, -1, -1):
+        coord = r % valid[d]
+        r = r // valid[d]
+        offset += coord * strides[2 + d]
+    offs = None
+    for d, size in enumerate(blocks):
+        axis = torch.arange(size, dtype=torch.int64) * strides[2 + d]
+        offs = axis if offs is None else (offs[:, None] + axis[None, :]).reshape(-1)
+    index = (offset[:, None] + offs[None, :]).reshape(-1)
+    flat = t.as_strided((t.numel(),), (1,), t.storage_offset())
+    flat.index_fill_(0, index, 0)
+    return t
+
+
+def _dense_copy(t: torch.Tensor) -> torch.Tensor:
+    return t if _dense_strides(t) else t.contiguous()
+
+
+class SparseBlockDrop(torch.autograd.Function):
+    """``out = x * scale`` with the blocks of ``seeds`` zeroed; the backward regenerates the
+    zeroed positions from the saved seeds (a few bytes per block, not a mask)."""
+
+    @staticmethod
+    def forward(ctx, x, scale, seeds, channels, valid, blocks):
+        ctx.save_for_backward(scale, seeds)
+        ctx.geometry = (channels, valid, blocks)
+        return sparse_block_drop(x, scale, seeds, channels, valid, blocks)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        scale, seeds = ctx.saved_tensors
+        return sparse_block_drop(grad, scale, seeds, *ctx.geometry), None, None, None, None, None
+
+
+#: Use the fused C kernel when available (tests switch it off to compare the two paths).
+USE_CEXT = True
+
+
+def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor, channels: int,
+                      valid: tuple[int, ...], blocks: tuple[int, ...]) -> torch.Tensor:
+    """``x * scale`` with the blocks of ``seeds`` zeroed: the fused C kernel where it applies,
+    else torch ops. Both give the same result for the same seeds."""
+    if USE_CEXT and channels == x.shape[1]:
+        out = _cext.blockdrop(x, scale, seeds, blocks)
+        if out is not None:
+            return out
+    out = _dense_copy(x * scale)
+    return _zero_blocks(out, seeds, channels, valid, blocks)
+
+
+class MaskMul(torch.autograd.Function):
+    """``out = x * where(keep, scale, 0)`` saving the boolean ``keep`` (1 byte per element)
+    and the small ``scale`` for the backward, instead of a float multiplier."""
+
+    @staticmethod
+    def forward(ctx, x, keep, scale):
+        ctx.save_for_backward(keep, scale)
+        return x * torch.where(keep, scale, 0).to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        keep, scale = ctx.saved_tensors
+        return grad * torch.where(keep, scale, 0).to(grad.dtype), None, None

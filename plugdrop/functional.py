@@ -14,6 +14,8 @@ Randomness comes from torch's generators: ``torch.manual_seed`` reproduces every
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import _checks, _kernels, _layout
@@ -112,28 +114,63 @@ def drop_block(
         return x
     blocks = tuple(min(b, s) for b, s in zip(blocks, sizes))
     b, c = view.shape[:2]
+    channels = 1 if shared_channels else c
     if isinstance(p, torch.Tensor):
-        q = _kernels.solve_keep_tensor(p, sizes, blocks).to(view.device)
-        gamma = (1.0 - q).to(torch.float32)
-        q = q.to(torch.float32)
+        return restore(_drop_block_traced(view, p, sizes, blocks, channels, rescale))
+    q = _kernels.solve_keep(float(p), sizes, blocks)
+    gamma = 1.0 - q
+    if rescale == "expected":
+        scale = _kernels.scale_map(q, sizes, blocks, view.device, torch.float32)
     else:
-        q = _kernels.solve_keep(float(p), sizes, blocks)
-        gamma = 1.0 - q
-    dropped = _kernels.block_dropped(b, 1 if shared_channels else c, sizes, blocks, gamma,
+        scale = _ONE.get(view.device)
+    if (channels > 1 and rescale != "count" and view.device.type == "cpu"
+            and gamma <= _kernels.SPARSE_MAX_GAMMA and not torch.compiler.is_compiling()):
+        # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
+        valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
+        seeds = _kernels.sparse_seeds(b * c * math.prod(valid), gamma)
+        out = _kernels.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, c, valid,
+                                             blocks)
+        return restore(out)
+    keep = ~_kernels.block_dropped(b, channels, sizes, blocks, gamma, view.device)
+    if rescale == "count":
+        # The paper's normalization; a shared mask is broadcast over channels, same ratio.
+        scale = float(keep.numel()) / keep.sum(dtype=torch.float32).clamp(min=1.0)
+    return restore(_kernels.MaskMul.apply(view, keep, scale))
+
+
+class _Ones:
+    """A 0-dim float32 one per device (created outside inference mode)."""
+
+    def __init__(self) -> None:
+        self._t: dict[torch.device, torch.Tensor] = {}
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        t = self._t.get(device)
+        if t is None:
+            with torch.inference_mode(False):
+                t = self._t[device] = torch.ones((), device=device)
+        return t
+
+
+_ONE = _Ones()
+
+
+def _drop_block_traced(view, p, sizes, blocks, channels, rescale):
+    """DropBlock with a 0-dim tensor ``p``: plain tensor ops, no host reads (torch.compile)."""
+    q = _kernels.solve_keep_tensor(p, sizes, blocks).to(view.device)
+    gamma = (1.0 - q).to(torch.float32)
+    q = q.to(torch.float32)
+    dropped = _kernels.block_dropped(view.shape[0], channels, sizes, blocks, gamma,
                                      view.device)
     if rescale == "expected":
-        n = _kernels.coverage_map(sizes, blocks, view.device)
-        scale = torch.pow(q, -n) if isinstance(q, torch.Tensor) else torch.pow(
-            torch.tensor(q, dtype=torch.float32, device=view.device), -n)
-        mult = torch.where(dropped, 0.0, scale)
+        mult = torch.where(dropped, 0.0, torch.pow(q, -_kernels.coverage_map(sizes, blocks,
+                                                                             view.device)))
     else:
         mult = (~dropped).to(torch.float32)
         if rescale == "count":
-            # A shared mask is broadcast over channels: its kept ratio is the same.
             kept = mult.sum(dtype=torch.float32).clamp(min=1.0)
             mult = mult * (float(mult.numel()) / kept)
-    out = view * mult.to(view.dtype)
-    return restore(out)
+    return view * mult.to(view.dtype)
 
 
 def dropout2d(
@@ -174,8 +211,12 @@ def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tenso
     p = _checks.tensor_or("p", p, _checks.probability)
     if not training or _is_zero(p):
         return x
-    keep = torch.rand_like(x, dtype=torch.float32) >= p
-    return x * torch.where(keep, _keep_scale(p), 0.0).to(x.dtype)
+    if isinstance(p, torch.Tensor):
+        keep = torch.rand_like(x, dtype=torch.float32) >= p
+        return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
+    keep = torch.empty_like(x, dtype=torch.bool).bernoulli_(1.0 - p)
+    scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
+    return _kernels.MaskMul.apply(x, keep, scale)
 
 
 def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,

@@ -1,0 +1,155 @@
+"""The optional fused CPU kernel for sparse DropBlock (``_csrc/blockdrop.c``). Private.
+
+Built at first use with the system C compiler (``cc``; a fraction of a second, no PyTorch
+headers) into a per-user cache, and loaded with ctypes. Where no compiler is found, the build
+fails, or ``PLUGDROP_NO_CEXT=1`` is set, :func:`blockdrop` returns ``None`` and plugdrop uses
+the torch-op path, which computes the same result from the same seeds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+_SOURCE = Path(__file__).with_name("_csrc") / "blockdrop.c"
+_DTYPES = {torch.float32: 0, torch.float64: 1}
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_tried = False
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("PLUGDROP_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") \
+        or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "plugdrop"
+
+
+def _cpu_capability() -> str:
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except Exception:  # pragma: no cover - older torch
+        return "DEFAULT"
+
+
+def _build() -> ctypes.CDLL | None:
+    if os.environ.get("PLUGDROP_NO_CEXT", "") not in ("", "0"):
+        return None
+    if sys.platform.startswith("win"):
+        return None
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") \
+        or shutil.which("clang")
+    if compiler is None:
+        return None
+    source = _SOURCE.read_bytes()
+    flags = ["-O3", "-shared", "-fPIC", "-pthread"]
+    if _cpu_capability() in ("AVX2", "AVX512") and platform.machine() in ("x86_64", "AMD64"):
+        flags += ["-mavx2", "-mfma"]  # the file name below is keyed by the flags
+    key = hashlib.sha256(source + " ".join([compiler, *flags]).encode()
+                         + sysconfig.get_platform().encode()).hexdigest()[:16]
+    target = _cache_dir() / f"blockdrop-{key}.so"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = Path(tmp) / target.name
+            proc = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(out)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                warnings.warn("plugdrop: building the fused DropBlock kernel failed; using "
+                              "the torch-op path.\n" + proc.stderr[-2000:], RuntimeWarning)
+                return None
+            os.replace(out, target)  # atomic: concurrent builders do not clash
+    lib = ctypes.CDLL(str(target))
+    fn = lib.plugdrop_blockdrop
+    i64 = ctypes.c_int64
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64, i64,
+                   i64, i64, i64, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel library, or ``None`` if it cannot be had here."""
+    global _lib, _tried
+    if not _tried:
+        with _lock:
+            if not _tried:
+                try:
+                    _lib = _build()
+                except Exception as e:  # a broken toolchain must never break training
+                    warnings.warn(f"plugdrop: fused DropBlock kernel unavailable ({e}); using "
+                                  f"the torch-op path.", RuntimeWarning)
+                    _lib = None
+                _tried = True
+    return _lib
+
+
+def _sample_layout(t: torch.Tensor) -> int | None:
+    """0 if each sample of channels-first ``t`` is [C, *spatial] contiguous, 1 if it is
+    [*spatial, C] (channels last), None otherwise."""
+    shape, stride = t.shape, t.stride()
+    n = t.dim()
+    expect = 1
+    for d in range(n - 1, 0, -1):  # channels-first within a sample
+        if shape[d] != 1 and stride[d] != expect:
+            break
+        expect *= shape[d]
+    else:
+        return 0
+    c = shape[1]
+    if shape[1] == 1 or stride[1] == 1:
+        expect = c
+        for d in range(n - 1, 1, -1):
+            if shape[d] != 1 and stride[d] != expect:
+                return None
+            expect *= shape[d]
+        return 1
+    return None
+
+
+def blockdrop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
+              blocks: tuple[int, ...]) -> torch.Tensor | None:
+    """``x * scale`` with the seeds' blocks zeroed, as one fused pass; ``None`` if the fused
+    kernel does not apply (dtype, layout, device) or is unavailable."""
+    dtype = _DTYPES.get(x.dtype)
+    if dtype is None or x.device.type != "cpu" or x.dim() < 3 or x.dim() > 5:
+        return None
+    layout = _sample_layout(x)
+    if layout is None:
+        return None
+    lib = library()
+    if lib is None:
+        return None
+    shape = tuple(x.shape)
+    if layout == 0:
+        out = torch.empty(shape, dtype=x.dtype)
+    else:  # channels innermost: strides (S*C, 1, ..., C)
+        strides = [0] * len(shape)
+        strides[1] = 1
+        acc = shape[1]
+        for d in range(len(shape) - 1, 1, -1):
+            strides[d] = acc
+            acc *= shape[d]
+        strides[0] = acc
+        out = torch.empty_strided(shape, strides, dtype=x.dtype)
+    sizes = (1,) * (5 - x.dim()) + tuple(x.shape[2:])
+    bsz = (1,) * (5 - x.dim()) + tuple(blocks)
+    scale = scale.to(x.dtype).expand(x.shape[2:]).contiguous()
+    seeds = seeds.contiguous()
+    status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
+                                    out.data_ptr(), scale.data_ptr(), seeds.data_ptr(),
+                                    seeds.numel(), x.shape[0], x.stride(0), out.stride(0),
+                                    x.shape[1], *sizes, *bsz, layout)
+    return out if status == 0 else None
