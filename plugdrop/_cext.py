@@ -43,6 +43,14 @@ def _cpu_capability() -> str:
         return "DEFAULT"
 
 
+def _torch_uses_libgomp() -> bool:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+    return "libgomp" in maps and "libiomp" not in maps
+
+
 def _build() -> ctypes.CDLL | None:
     if os.environ.get("PLUGDROP_NO_CEXT", "") not in ("", "0"):
         return None
@@ -56,6 +64,11 @@ def _build() -> ctypes.CDLL | None:
     flags = ["-O3", "-shared", "-fPIC", "-pthread"]
     if _cpu_capability() in ("AVX2", "AVX512") and platform.machine() in ("x86_64", "AMD64"):
         flags += ["-mavx2", "-mfma"]  # the file name below is keyed by the flags
+    if _torch_uses_libgomp():
+        # Linked against libgomp.so.1, the kernel binds to the libgomp PyTorch already loaded
+        # and runs on PyTorch's own worker threads (separate threads would fight its spinning
+        # workers for the cores).
+        flags.append("-fopenmp")
     key = hashlib.sha256(source + " ".join([compiler, *flags]).encode()
                          + sysconfig.get_platform().encode()).hexdigest()[:16]
     target = _cache_dir() / f"blockdrop-{key}.so"
@@ -65,6 +78,10 @@ def _build() -> ctypes.CDLL | None:
             out = Path(tmp) / target.name
             proc = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(out)],
                                   capture_output=True, text=True)
+            if proc.returncode != 0 and "-fopenmp" in flags:
+                flags.remove("-fopenmp")  # a compiler without OpenMP: plain threads
+                proc = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(out)],
+                                      capture_output=True, text=True)
             if proc.returncode != 0:
                 warnings.warn("plugdrop: building the fused DropBlock kernel failed; using "
                               "the torch-op path.\n" + proc.stderr[-2000:], RuntimeWarning)

@@ -131,28 +131,46 @@ def coverage_map(sizes: tuple[int, ...], blocks: tuple[int, ...], device) -> tor
     return out
 
 
+def _window_or(t: torch.Tensor, dim: int, block: int) -> torch.Tensor:
+    """Along ``dim`` (length ``L - block + 1``): ``out[i] = any(t[i - block + 1 .. i])``, with
+    output length ``L``. Boolean OR by doubling: about ``log2(block) + 1`` passes."""
+    pad = [0, 0] * (t.dim() - 1 - dim) + [block - 1, block - 1]
+    w = F.pad(t, pad)  # zeros (False) on both sides: length L + block - 1
+    width = 1
+    while 2 * width <= block:
+        n = w.shape[dim]
+        w = w.narrow(dim, 0, n - width) | w.narrow(dim, width, n - width)
+        width *= 2
+    if width < block:
+        n = w.shape[dim]
+        w = w.narrow(dim, 0, n - (block - width)) | w.narrow(dim, block - width, n - (block - width))
+    return w
+
+
 def block_dropped(batch: int, channels: int, sizes: tuple[int, ...], blocks: tuple[int, ...],
                   gamma, device) -> torch.Tensor:
-    """Boolean map of dropped positions, shape ``(batch, channels, *sizes)``.
+    """Boolean map of dropped positions, shape ``(batch, channels, *sizes)``, except that an
+    axis where the block spans the whole map keeps size 1 (it broadcasts).
 
     Seeds are Bernoulli(``gamma``) on the valid region; each seed drops the block whose top-left
-    corner it is. ``gamma`` is a float or a 0-dim tensor.
+    corner it is. ``gamma`` is a float or a 0-dim tensor. Dense: one random number per valid
+    position, or a sparse draw of the seeds on CPU (see :func:`bernoulli`).
     """
-    nd = len(sizes)
     valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
-    seeds = torch.rand((batch, channels, *valid), device=device) < gamma
-    if all(b == 1 for b in blocks):
-        return seeds
-    seeds = seeds.to(torch.float32)
-    pad: list[int] = []
-    for b in reversed(blocks):
-        pad += [b - 1, b - 1]
-    seeds = F.pad(seeds, pad)
-    if nd == 1:
-        blocked = _POOL[1](seeds, blocks[0], stride=1)
-    else:
-        blocked = _POOL[nd](seeds, blocks, stride=1)
-    return blocked > 0
+    dropped = bernoulli((batch, channels, *valid), gamma, device)
+    for d, (v, b) in enumerate(zip(valid, blocks)):
+        if b > 1 and v > 1:
+            dropped = _window_or(dropped, 2 + d, b)
+    return dropped
+
+
+def broadcast_scale(scale: torch.Tensor, mask_sizes: tuple[int, ...]) -> torch.Tensor:
+    """Cut a scale map down to the axes a :func:`block_dropped` mask keeps (an axis of size 1
+    in the mask has a constant scale, the block spanning it)."""
+    for d, m in enumerate(mask_sizes):
+        if m == 1 and scale.shape[d] != 1:
+            scale = scale.narrow(d, 0, 1)
+    return scale
 
 
 # --------------------------------------------------------------------------- scale maps
@@ -172,24 +190,30 @@ def scale_map(q: float, sizes: tuple[int, ...], blocks: tuple[int, ...],
 
 # ------------------------------------------------------------------- sparse seeds (CPU)
 
-#: Above this seed probability the dense path (a random number per valid position) is used.
-SPARSE_MAX_GAMMA = 0.05
+#: Above this probability the dense path (a random number per position) is used on CPU:
+#: a sparse draw costs about twice a dense one per success, and the fill costs per success.
+SPARSE_MAX_GAMMA = 0.3
+#: Below this many positions the dense path is cheaper whatever the probability.
+SPARSE_MIN_NUMEL = 4096
 
 
 def sparse_seeds(total: int, gamma: float) -> torch.Tensor:
     """Sorted positions in ``[0, total)`` of a Bernoulli(``gamma``) process, as int64.
 
     Exact: the gaps between successive successes of independent Bernoulli trials are
-    Geometric(``gamma``), drawn with torch's generator, so ``torch.manual_seed`` reproduces them.
+    Geometric(``gamma``); a gap is drawn as ``1 + floor(log(1 - u) / log(1 - gamma))`` from a
+    uniform ``u`` of torch's generator (so ``torch.manual_seed`` reproduces it), in float64.
     Costs O(``gamma * total``) instead of a random number per position. CPU only (the final cut
     reads a value on the host).
     """
+    log_q = math.log1p(-gamma)
     parts = []
     last = -1.0
     while True:
         expected = (total - 1 - last) * gamma
         k = int(expected + 6.0 * math.sqrt(expected) + 16)
-        pos = torch.empty(k, dtype=torch.float64).geometric_(gamma).cumsum_(0).add_(last)
+        u = torch.rand(k, dtype=torch.float64)
+        pos = torch.log1p(u.neg_()).div_(log_q).floor_().add_(1.0).cumsum_(0).add_(last)
         end = float(pos[-1])
         if end >= total:
             cut = int(torch.searchsorted(pos, float(total)))
@@ -199,6 +223,25 @@ def sparse_seeds(total: int, gamma: float) -> torch.Tensor:
         last = end
     pos = parts[0] if len(parts) == 1 else torch.cat(parts)
     return pos.to(torch.int64)
+
+
+def use_sparse(numel: int, prob: float, device: torch.device) -> bool:
+    """Whether to draw a Bernoulli(``prob``) field of ``numel`` positions sparsely."""
+    return (device.type == "cpu" and prob <= SPARSE_MAX_GAMMA and numel >= SPARSE_MIN_NUMEL
+            and not torch.compiler.is_compiling())
+
+
+def bernoulli(shape: tuple[int, ...], prob, device: torch.device) -> torch.Tensor:
+    """Boolean tensor of independent Bernoulli(``prob``) draws (``True`` with probability
+    ``prob``). ``prob`` is a float or a 0-dim tensor (then always dense, no host read)."""
+    if not isinstance(prob, torch.Tensor):
+        numel = math.prod(shape)
+        if use_sparse(numel, prob, device):
+            out = torch.zeros(shape, dtype=torch.bool)
+            if prob > 0.0:
+                out.view(-1).index_fill_(0, sparse_seeds(numel, prob), True)
+            return out
+    return torch.rand(shape, device=device) < prob
 
 
 def _dense_strides(t: torch.Tensor) -> bool:

@@ -123,17 +123,20 @@ def drop_block(
         scale = _kernels.scale_map(q, sizes, blocks, view.device, torch.float32)
     else:
         scale = _ONE.get(view.device)
-    if (channels > 1 and rescale != "count" and view.device.type == "cpu"
-            and gamma <= _kernels.SPARSE_MAX_GAMMA and not torch.compiler.is_compiling()):
+    valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
+    n_seeds = b * c * math.prod(valid)
+    if (channels > 1 and rescale != "count" and _kernels.use_sparse(n_seeds, gamma, view.device)):
         # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
-        valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
-        seeds = _kernels.sparse_seeds(b * c * math.prod(valid), gamma)
+        seeds = _kernels.sparse_seeds(n_seeds, gamma)
         out = _kernels.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, c, valid,
                                              blocks)
         return restore(out)
     keep = ~_kernels.block_dropped(b, channels, sizes, blocks, gamma, view.device)
-    if rescale == "count":
-        # The paper's normalization; a shared mask is broadcast over channels, same ratio.
+    if rescale == "expected":
+        scale = _kernels.broadcast_scale(scale, tuple(keep.shape[2:]))
+    elif rescale == "count":
+        # The paper's normalization over the whole tensor (a mask broadcast over channels or
+        # whole axes has the same kept ratio).
         scale = float(keep.numel()) / keep.sum(dtype=torch.float32).clamp(min=1.0)
     return restore(_kernels.MaskMul.apply(view, keep, scale))
 
@@ -199,8 +202,8 @@ def dropout2d(
     if not training or _is_zero(p):
         return x
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
-    keep = torch.rand(shape, device=x.device) >= p
-    mult = torch.where(keep, _keep_scale(p), 0.0)
+    dropped = _kernels.bernoulli(shape, p, x.device)
+    mult = torch.where(dropped, 0.0, _keep_scale(p))
     return restore(view * mult.to(view.dtype))
 
 
@@ -214,7 +217,7 @@ def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tenso
     if isinstance(p, torch.Tensor):
         keep = torch.rand_like(x, dtype=torch.float32) >= p
         return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
-    keep = torch.empty_like(x, dtype=torch.bool).bernoulli_(1.0 - p)
+    keep = ~_kernels.bernoulli(tuple(x.shape), p, x.device)
     scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
     return _kernels.MaskMul.apply(x, keep, scale)
 
@@ -234,8 +237,8 @@ def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
     if not training or _is_zero(p):
         return x
     shape = (x.shape[0],) + (1,) * (x.dim() - 1)
-    keep = torch.rand(shape, device=x.device) >= p
-    mult = torch.where(keep, _keep_scale(p) if scale_by_keep else 1.0, 0.0)
+    dropped = _kernels.bernoulli(shape, p, x.device)
+    mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
     return x * mult.to(x.dtype)
 
 

@@ -13,6 +13,9 @@
  * corner of a bd x bh x bw block.
  */
 #include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -25,7 +28,7 @@ typedef struct {
     int64_t x_bstride, out_bstride;
     int64_t C, D, H, W, bd, bh, bw;
     int channels_last;
-    int64_t b0, b1;
+    int64_t u0, u1; /* work units: maps (b, c) if channels-first, samples if channels-last */
     int failed;
 } job_t;
 
@@ -54,34 +57,36 @@ static void *NAME(void *arg) {                                                  
     for (int64_t r = 0, d = 0; d < Dv; ++d)                                                    \
         for (int64_t h = 0; h < Hv; ++h)                                                       \
             for (int64_t w = 0; w < Wv; ++w) corner[r++] = (d * H + h) * W + w;               \
-    int64_t s = first_seed(seeds, nseeds, job->b0 * C * V);                                    \
-    for (int64_t b = job->b0; b < job->b1; ++b) {                                              \
-        const T *restrict x = (const T *)job->x + b * job->x_bstride;                          \
-        T *restrict out = (T *)job->out + b * job->out_bstride;                                \
-        if (!job->channels_last) {                                                             \
-            /* map by map: a map is still in L1 when its blocks are zeroed */                  \
-            for (int64_t c = 0; c < C; ++c) {                                                  \
-                const T *restrict xm = x + c * S;                                              \
-                T *restrict om = out + c * S;                                                  \
-                for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];                      \
-                const int64_t first = (b * C + c) * V, end = first + V;                        \
-                for (; s < nseeds && seeds[s] < end; ++s) {                                    \
-                    const int64_t base = corner[seeds[s] - first];                             \
-                    for (int64_t d = 0; d < bd; ++d)                                           \
-                        for (int64_t h = 0; h < bh; ++h) {                                     \
-                            T *restrict o = om + base + (d * H + h) * W;                       \
-                            for (int64_t w = 0; w < bw; ++w) o[w] = 0;                         \
-                        }                                                                      \
-                }                                                                              \
+    if (!job->channels_last) {                                                                 \
+        /* map by map: a map is still in L1 when its blocks are zeroed */                      \
+        int64_t s = first_seed(seeds, nseeds, job->u0 * V);                                    \
+        for (int64_t m = job->u0; m < job->u1; ++m) {                                          \
+            const int64_t b = m / C, c = m - b * C;                                            \
+            const T *restrict xm = (const T *)job->x + b * job->x_bstride + c * S;             \
+            T *restrict om = (T *)job->out + b * job->out_bstride + c * S;                     \
+            for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];                          \
+            const int64_t first = m * V, end = first + V;                                      \
+            for (; s < nseeds && seeds[s] < end; ++s) {                                        \
+                const int64_t base = corner[seeds[s] - first];                                 \
+                for (int64_t d = 0; d < bd; ++d)                                               \
+                    for (int64_t h = 0; h < bh; ++h) {                                         \
+                        T *restrict o = om + base + (d * H + h) * W;                           \
+                        for (int64_t w = 0; w < bw; ++w) o[w] = 0;                             \
+                    }                                                                          \
             }                                                                                  \
-        } else {                                                                               \
+        }                                                                                      \
+    } else {                                                                                   \
+        int64_t s = first_seed(seeds, nseeds, job->u0 * C * V);                               \
+        for (int64_t b = job->u0; b < job->u1; ++b) {                                          \
+            const T *restrict x = (const T *)job->x + b * job->x_bstride;                      \
+            T *restrict out = (T *)job->out + b * job->out_bstride;                            \
             for (int64_t i = 0; i < S; ++i) {                                                  \
                 const T sc = scale[i];                                                         \
                 const T *restrict xr = x + i * C;                                              \
                 T *restrict orow = out + i * C;                                                \
                 for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * sc;                          \
             }                                                                                  \
-            const int64_t first = b * C * V, end = first + C * V;                             \
+            const int64_t first = b * C * V, end = first + C * V;                              \
             for (; s < nseeds && seeds[s] < end; ++s) {                                        \
                 const int64_t r = seeds[s] - first, c = r / V;                                 \
                 const int64_t base = corner[r - c * V];                                        \
@@ -100,27 +105,47 @@ static void *NAME(void *arg) {                                                  
 DEFINE_KERNEL(kernel_f32, float)
 DEFINE_KERNEL(kernel_f64, double)
 
-/* dtype: 0 = float32, 1 = float64. Returns 0 on success, -1 if out of memory. */
+static void setup(job_t *j, const void *x, void *out, const void *scale, const int64_t *seeds,
+                  int64_t nseeds, int64_t x_bstride, int64_t out_bstride, int64_t C, int64_t D,
+                  int64_t H, int64_t W, int64_t bd, int64_t bh, int64_t bw, int channels_last,
+                  int64_t units, int t, int threads) {
+    j->x = x; j->out = out; j->scale = scale; j->seeds = seeds; j->nseeds = nseeds;
+    j->x_bstride = x_bstride; j->out_bstride = out_bstride;
+    j->C = C; j->D = D; j->H = H; j->W = W; j->bd = bd; j->bh = bh; j->bw = bw;
+    j->channels_last = channels_last;
+    j->u0 = units * t / threads; j->u1 = units * (t + 1) / threads;
+    j->failed = 0;
+}
+
+/* dtype: 0 = float32, 1 = float64. Returns 0 on success, -1 if out of memory.
+ * Built with OpenMP, it runs on the OpenMP runtime PyTorch already loaded (same soname), so
+ * it shares PyTorch's worker threads instead of competing with them. */
 int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const void *scale,
                        const int64_t *seeds, int64_t nseeds, int64_t B, int64_t x_bstride,
                        int64_t out_bstride, int64_t C, int64_t D, int64_t H, int64_t W,
                        int64_t bd, int64_t bh, int64_t bw, int channels_last) {
     void *(*kernel)(void *) = dtype == 0 ? kernel_f32 : kernel_f64;
-    if (B <= 0) return 0;
+    const int64_t units = channels_last ? B : B * C;
+    if (units <= 0) return 0;
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
-    if (threads > B) threads = (int)B;
+    if (threads > units) threads = (int)units;
+    int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) reduction(|| : failed)
+    {
+        job_t job;
+        setup(&job, x, out, scale, seeds, nseeds, x_bstride, out_bstride, C, D, H, W, bd, bh,
+              bw, channels_last, units, omp_get_thread_num(), omp_get_num_threads());
+        kernel(&job);
+        failed = failed || job.failed;
+    }
+#else
     job_t jobs[64];
     pthread_t tids[64];
-    for (int t = 0; t < threads; ++t) {
-        job_t *j = &jobs[t];
-        j->x = x; j->out = out; j->scale = scale; j->seeds = seeds; j->nseeds = nseeds;
-        j->x_bstride = x_bstride; j->out_bstride = out_bstride;
-        j->C = C; j->D = D; j->H = H; j->W = W; j->bd = bd; j->bh = bh; j->bw = bw;
-        j->channels_last = channels_last;
-        j->b0 = B * t / threads; j->b1 = B * (t + 1) / threads;
-        j->failed = 0;
-    }
+    for (int t = 0; t < threads; ++t)
+        setup(&jobs[t], x, out, scale, seeds, nseeds, x_bstride, out_bstride, C, D, H, W, bd,
+              bh, bw, channels_last, units, t, threads);
     int spawned = 0;
     for (int t = 1; t < threads; ++t) {
         if (pthread_create(&tids[t], 0, kernel, &jobs[t]) != 0) break;
@@ -129,7 +154,7 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     kernel(&jobs[0]);
     for (int t = spawned + 1; t < threads; ++t) kernel(&jobs[t]); /* could not spawn */
     for (int t = 1; t <= spawned; ++t) pthread_join(tids[t], 0);
-    for (int t = 0; t < threads; ++t)
-        if (jobs[t].failed) return -1;
-    return 0;
+    for (int t = 0; t < threads; ++t) failed = failed || jobs[t].failed;
+#endif
+    return failed ? -1 : 0;
 }

@@ -1,0 +1,62 @@
+"""Timing helpers shared by the benchmarks: interleaved medians in one process."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
+                min_rounds: int = 7, max_rounds: int = 60, warmup: int = 2) -> dict[str, float]:
+    """Median seconds of each function, measured round-robin (one call of each per round) so
+    that slow drifts of the machine hit every candidate alike."""
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    start = time.perf_counter()
+    for f in fns.values():
+        f()
+    per_round = max(time.perf_counter() - start, 1e-6)
+    rounds = int(min(max(budget_s / per_round, min_rounds), max_rounds))
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for k, f in fns.items():
+                t = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t)
+    finally:
+        if gc_was:
+            gc.enable()
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def record(benchmark, case: str, medians: dict[str, float], subject: str = "plugdrop",
+           **info: object) -> None:
+    """Store medians (ms) and ratios subject / baseline in the pytest-benchmark record."""
+    benchmark.extra_info["case"] = case
+    benchmark.extra_info["subject"] = subject
+    benchmark.extra_info["median_ms"] = {k: v * 1e3 for k, v in medians.items()}
+    benchmark.extra_info["ratio"] = {k: medians[subject] / v for k, v in medians.items()
+                                     if k != subject}
+    benchmark.extra_info.update(info)
+
+
+def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
+    """Bytes of the tensors autograd saves for the backward of ``fn()`` (distinct storages)."""
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(t: torch.Tensor):
+        key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        seen[key] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())

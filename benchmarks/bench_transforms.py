@@ -1,0 +1,183 @@
+"""Speed of each transform through the public attach path, against baselines run interleaved in
+the same process: a plain ``x * x``, and timm's, torchvision's and the ``dropblock`` package's
+implementations where they exist. Run with ``./dev bench``; ratios are plugdrop / baseline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import plugdrop as pd
+from _harness import interleaved, record
+
+P = 0.1
+SHAPES_2D = [(32, 1024, 14, 14), (32, 2048, 7, 7), (16, 512, 28, 28), (64, 256, 56, 56)]
+
+
+def _attached(transform: pd.Transform) -> nn.Module:
+    m = nn.Sequential(nn.Identity()).train()
+    pd.attach(m, "0", transform)
+    return m
+
+
+def _timm():
+    try:
+        from timm.layers import drop as timm_drop
+        return timm_drop
+    except Exception:  # pragma: no cover - optional baseline
+        return None
+
+
+def _torchvision_ops():
+    try:
+        import torchvision.ops as ops
+        return ops
+    except Exception:  # pragma: no cover - optional baseline
+        return None
+
+
+def _dropblock_pkg():
+    try:
+        import dropblock
+        return dropblock
+    except Exception:  # pragma: no cover - optional baseline
+        return None
+
+
+def _id(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
+def test_dropblock2d_per_channel_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.DropBlock(P, block_size=7))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
+    if (timm := _timm()) is not None:
+        fns["timm"] = lambda: timm.drop_block_2d(x, P, 7, couple_channels=False)
+    if (ops := _torchvision_ops()) is not None:
+        fns["torchvision"] = lambda: ops.drop_block2d(x, P, 7)
+    record(benchmark, f"DropBlock2d per-channel fwd {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
+def test_dropblock2d_per_channel_forward_backward(benchmark, shape):
+    x = torch.randn(shape, requires_grad=True)
+    g = torch.randn(shape)
+    mask = (torch.rand(shape) > P).float()
+    m = _attached(pd.DropBlock(P, block_size=7))
+
+    def run(f):
+        def step():
+            x.grad = None
+            f().backward(g)
+        return step
+
+    fns = {"plugdrop": run(lambda: m(x)), "x*mask": run(lambda: x * mask)}
+    if (timm := _timm()) is not None:
+        fns["timm"] = run(lambda: timm.drop_block_2d(x, P, 7, couple_channels=False))
+    if (ops := _torchvision_ops()) is not None:
+        fns["torchvision"] = run(lambda: ops.drop_block2d(x, P, 7))
+    record(benchmark, f"DropBlock2d per-channel fwd+bwd {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
+def test_dropblock2d_shared_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.DropBlock(P, block_size=7, shared_channels=True))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
+    if (timm := _timm()) is not None:
+        fns["timm"] = lambda: timm.drop_block_2d(x, P, 7, couple_channels=True)
+    if (db := _dropblock_pkg()) is not None:
+        mod = db.DropBlock2D(block_size=7, drop_prob=P).train()
+        fns["dropblock"] = lambda: mod(x)
+    record(benchmark, f"DropBlock2d shared fwd {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
+def test_dropout2d_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.Dropout2d(P))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x,
+           "torch": lambda: F.dropout2d(x, P, training=True)}
+    record(benchmark, f"Dropout2d fwd {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
+def test_drop_path_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.DropPath(P))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
+    if (timm := _timm()) is not None:
+        fns["timm"] = lambda: timm.drop_path(x, P, training=True)
+    if (ops := _torchvision_ops()) is not None:
+        fns["torchvision"] = lambda: ops.stochastic_depth(x, P, "row", training=True)
+    record(benchmark, f"DropPath fwd {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", [(32, 1024, 14, 14)], ids=_id)
+def test_dropout_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.Dropout(P))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x,
+           "torch": lambda: F.dropout(x, P, training=True)}
+    record(benchmark, f"Dropout fwd {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape,block", [((32, 1024, 196), 7), ((16, 512, 784), 7)],
+                         ids=lambda v: _id(v) if isinstance(v, tuple) else str(v))
+def test_dropblock1d_forward(benchmark, shape, block):
+    x = torch.randn(shape)
+    m = _attached(pd.DropBlock(P, block_size=block))
+    mf = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
+    xs = x.clone().requires_grad_()
+    g = torch.randn(shape)
+    mask = (torch.rand(shape) > P).float()
+
+    def fb(f):
+        def step():
+            xs.grad = None
+            f().backward(g)
+        return step
+
+    mf["plugdrop fwd+bwd"] = fb(lambda: m(xs))
+    mf["x*mask fwd+bwd"] = fb(lambda: xs * mask)
+    med = interleaved(mf)
+    record(benchmark, f"DropBlock1d per-channel fwd {_id(shape)}",
+           {k: med[k] for k in ("plugdrop", "x*x")})
+    benchmark.extra_info["fwd+bwd ratio"] = med["plugdrop fwd+bwd"] / med["x*mask fwd+bwd"]
+    benchmark.pedantic(mf["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", [(8, 256, 8, 14, 14), (4, 128, 16, 28, 28)], ids=_id)
+def test_dropblock3d_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.DropBlock(P, block_size=3))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
+    if (ops := _torchvision_ops()) is not None:
+        fns["torchvision"] = lambda: ops.drop_block3d(x, P, 3)
+    xs = x.clone().requires_grad_()
+    g = torch.randn(shape)
+    mask = (torch.rand(shape) > P).float()
+
+    def fb(f):
+        def step():
+            xs.grad = None
+            f().backward(g)
+        return step
+
+    fns["plugdrop fwd+bwd"] = fb(lambda: m(xs))
+    fns["x*mask fwd+bwd"] = fb(lambda: xs * mask)
+    med = interleaved(fns)
+    fwd = {k: v for k, v in med.items() if "fwd+bwd" not in k}
+    record(benchmark, f"DropBlock3d per-channel fwd {_id(shape)}", fwd)
+    benchmark.extra_info["fwd+bwd ratio"] = med["plugdrop fwd+bwd"] / med["x*mask fwd+bwd"]
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)

@@ -1,0 +1,121 @@
+"""Kernel paths: the fused C kernel and the torch-op path agree bit for bit on the same seeds;
+the sparse and dense seed draws give the same statistics; the backward saves little."""
+
+import math
+
+import pytest
+import torch
+
+import plugdrop as pd
+from plugdrop import _cext, _kernels
+from plugdrop.functional import drop_block
+from conftest import sigma_tol
+
+needs_cext = pytest.mark.skipif(_cext.library() is None, reason="no C compiler here")
+
+
+@pytest.fixture(params=["sparse", "dense"])
+def path(request, monkeypatch):
+    if request.param == "dense":
+        monkeypatch.setattr(_kernels, "SPARSE_MAX_GAMMA", -1.0)
+    return request.param
+
+
+@pytest.fixture(params=["cext", "torch-ops"])
+def fused(request, monkeypatch):
+    if request.param == "cext" and _cext.library() is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setattr(_kernels, "USE_CEXT", request.param == "cext")
+    return request.param
+
+
+def test_sparse_seeds_are_a_bernoulli_process():
+    n, g = 200_000, 0.01
+    counts = torch.stack([torch.bincount(_kernels.sparse_seeds(n, g) // 1000, minlength=200)
+                          for _ in range(20)]).float().flatten()
+    # Counts of successes in windows of 1000 are Binomial(1000, 0.01).
+    mean, var = 1000 * g, 1000 * g * (1 - g)
+    assert abs(counts.mean().item() - mean) < 5 * math.sqrt(var / counts.numel())
+    assert abs(counts.var().item() / var - 1) < 0.1
+    s = _kernels.sparse_seeds(n, g)
+    assert s.dtype == torch.int64 and (s[1:] > s[:-1]).all() and s.min() >= 0 and s.max() < n
+
+
+@pytest.mark.parametrize("shape,block", [((300, 8, 14, 14), 7), ((300, 8, 7, 7), 7),
+                                         ((200, 8, 30), 5), ((50, 8, 6, 7, 8), 3)])
+def test_both_paths_hit_p(path, shape, block):
+    y = drop_block(torch.ones(shape), 0.2, block)
+    frac = (y == 0).flatten(2).float().mean(-1).flatten()
+    assert abs(frac.mean().item() - 0.2) < sigma_tol(frac)
+
+
+@pytest.mark.parametrize("fmt", [None, torch.channels_last])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, monkeypatch):
+    if _cext.library() is None:
+        pytest.skip("no C compiler here")
+    x = torch.randn(4, 16, 14, 14, dtype=dtype)
+    if fmt is not None:
+        x = x.to(memory_format=fmt)
+    x.requires_grad_()
+    g = torch.randn(4, 16, 14, 14, dtype=dtype)
+    outs = []
+    for use in (True, False):
+        monkeypatch.setattr(_kernels, "USE_CEXT", use)
+        torch.manual_seed(11)
+        y = drop_block(x, 0.15, 5)
+        (gx,) = torch.autograd.grad(y, x, g)
+        outs.append((y, gx))
+    (y1, g1), (y2, g2) = outs
+    assert torch.equal(y1, y2) and torch.equal(g1, g2)
+    assert y1.stride() == y2.stride()
+
+
+@pytest.mark.parametrize("layout,shape", [("channels_last", (6, 9, 9, 16)),
+                                          ("tokens", (6, 1 + 49, 16)),
+                                          (None, (6, 16, 40)), (None, (3, 8, 5, 9, 9))])
+def test_fused_paths_agree_on_other_layouts(layout, shape, monkeypatch):
+    if _cext.library() is None:
+        pytest.skip("no C compiler here")
+    x = torch.randn(shape)
+    outs = []
+    for use in (True, False):
+        monkeypatch.setattr(_kernels, "USE_CEXT", use)
+        torch.manual_seed(3)
+        outs.append(drop_block(x, 0.2, 3, layout=layout))
+    assert torch.equal(*outs)
+
+
+def test_gradient_equals_output_over_input(fused, path):
+    x = (torch.rand(8, 16, 12, 12) + 0.5).requires_grad_()
+    torch.manual_seed(4)
+    y = drop_block(x, 0.25, 3)
+    y.backward(torch.ones_like(y))
+    assert torch.allclose(x.grad, y.detach() / x.detach())
+
+
+def _saved(fn):
+    total = []
+
+    def pack(t):
+        total.append(t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(total)
+
+
+@pytest.mark.parametrize("make", [lambda: pd.DropBlock(0.1, 7), lambda: pd.DropBlock(0.6, 3),
+                                  lambda: pd.DropBlock(0.1, 7, shared_channels=True),
+                                  lambda: pd.Dropout2d(0.1), lambda: pd.DropPath(0.1),
+                                  lambda: pd.Dropout(0.1), lambda: pd.GaussianNoise(0.1)])
+def test_backward_saves_at_most_one_byte_per_element(make, path):
+    x = torch.randn(16, 64, 14, 14, requires_grad=True)
+    t = make()
+    assert _saved(lambda: t(x)) <= x.numel() * 1 + 4096
+
+
+def test_sparse_dropblock_saves_only_its_seeds():
+    x = torch.randn(16, 64, 14, 14, requires_grad=True)
+    assert _saved(lambda: drop_block(x, 0.1, 7)) < x.numel() * 0.05
