@@ -92,7 +92,7 @@ def _build() -> ctypes.CDLL | None:
     i64 = ctypes.c_int64
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                    ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64, i64,
-                   i64, i64, i64, ctypes.c_int]
+                   i64, i64, i64, ctypes.c_int, ctypes.c_int]
     fn.restype = ctypes.c_int
     return lib
 
@@ -137,9 +137,10 @@ def _sample_layout(t: torch.Tensor) -> int | None:
 
 
 def blockdrop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
-              blocks: tuple[int, ...]) -> torch.Tensor | None:
+              blocks: tuple[int, ...], shared: bool = False) -> torch.Tensor | None:
     """``x * scale`` with the seeds' blocks zeroed, as one fused pass; ``None`` if the fused
-    kernel does not apply (dtype, layout, device) or is unavailable."""
+    kernel does not apply (dtype, layout, device) or is unavailable. With ``shared``, seeds
+    index a ``(B, 1, *valid)`` grid and drop their block in every channel."""
     dtype = _DTYPES.get(x.dtype)
     if dtype is None or x.device.type != "cpu" or x.dim() < 3 or x.dim() > 5:
         return None
@@ -168,5 +169,5 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
     status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
                                     out.data_ptr(), scale.data_ptr(), seeds.data_ptr(),
                                     seeds.numel(), x.shape[0], x.stride(0), out.stride(0),
-                                    x.shape[1], *sizes, *bsz, layout)
+                                    x.shape[1], *sizes, *bsz, layout, int(shared))
     return out if status == 0 else None

@@ -271,6 +271,9 @@ def _zero_blocks(t: torch.Tensor, seeds: torch.Tensor, channels: int,
     r = seeds - m * v
     b = m // channels
     offset = b * strides[0] + (m - b * channels) * strides[1]
+    if channels == 1 and t.shape[1] > 1:  # a shared mask: the block in every channel
+        offset = (offset[:, None] + torch.arange(t.shape[1]) * strides[1]).reshape(-1)
+        r = r.repeat_interleave(t.shape[1])
     for d in range(len(valid) - 1, -1, -1):
         coord = r % valid[d]
         r = r // valid[d]
@@ -310,12 +313,16 @@ class SparseBlockDrop(torch.autograd.Function):
 USE_CEXT = True
 
 
+def fused_available() -> bool:
+    return USE_CEXT and _cext.library() is not None
+
+
 def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor, channels: int,
                       valid: tuple[int, ...], blocks: tuple[int, ...]) -> torch.Tensor:
     """``x * scale`` with the blocks of ``seeds`` zeroed: the fused C kernel where it applies,
     else torch ops. Both give the same result for the same seeds."""
-    if USE_CEXT and channels == x.shape[1]:
-        out = _cext.blockdrop(x, scale, seeds, blocks)
+    if USE_CEXT and channels in (1, x.shape[1]):
+        out = _cext.blockdrop(x, scale, seeds, blocks, shared=channels != x.shape[1])
         if out is not None:
             return out
     out = _dense_copy(x * scale)

@@ -124,12 +124,13 @@ def drop_block(
     else:
         scale = _ONE.get(view.device)
     valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
-    n_seeds = b * c * math.prod(valid)
-    if (channels > 1 and rescale != "count" and _kernels.use_sparse(n_seeds, gamma, view.device)):
+    n_seeds = b * channels * math.prod(valid)
+    if (rescale != "count" and _kernels.use_sparse(n_seeds, gamma, view.device)
+            and (channels == c or _kernels.fused_available())):
         # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
         seeds = _kernels.sparse_seeds(n_seeds, gamma)
-        out = _kernels.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, c, valid,
-                                             blocks)
+        out = _kernels.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, channels,
+                                             valid, blocks)
         return restore(out)
     keep = ~_kernels.block_dropped(b, channels, sizes, blocks, gamma, view.device)
     if rescale == "expected":

@@ -43,31 +43,39 @@ def test_sparse_seeds_are_a_bernoulli_process():
 
 @pytest.mark.parametrize("shape,block", [((300, 8, 14, 14), 7), ((300, 8, 7, 7), 7),
                                          ((200, 8, 30), 5), ((50, 8, 6, 7, 8), 3)])
-def test_both_paths_hit_p(path, shape, block):
-    y = drop_block(torch.ones(shape), 0.2, block)
-    frac = (y == 0).flatten(2).float().mean(-1).flatten()
+@pytest.mark.parametrize("shared", [False, True])
+def test_both_paths_hit_p(path, shape, block, shared):
+    y = drop_block(torch.ones(shape), 0.2, block, shared_channels=shared)
+    frac = (y == 0).flatten(2).float().mean(-1)
+    frac = frac[:, 0] if shared else frac.flatten()
     assert abs(frac.mean().item() - 0.2) < sigma_tol(frac)
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("fmt", [None, torch.channels_last])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, monkeypatch):
+def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, shared, monkeypatch):
     if _cext.library() is None:
         pytest.skip("no C compiler here")
-    x = torch.randn(4, 16, 14, 14, dtype=dtype)
+    x = torch.randn(48, 16, 14, 14, dtype=dtype)
     if fmt is not None:
         x = x.to(memory_format=fmt)
     x.requires_grad_()
-    g = torch.randn(4, 16, 14, 14, dtype=dtype)
+    g = torch.randn(48, 16, 14, 14, dtype=dtype)
     outs = []
     for use in (True, False):
         monkeypatch.setattr(_kernels, "USE_CEXT", use)
+        # The torch-op path draws a shared mask densely when the fused kernel is off; force
+        # the sparse draw there so both paths see the same seeds.
+        monkeypatch.setattr(_kernels, "fused_available", lambda: True)
         torch.manual_seed(11)
-        y = drop_block(x, 0.15, 5)
+        y = drop_block(x, 0.15, 5, shared_channels=shared)
         (gx,) = torch.autograd.grad(y, x, g)
         outs.append((y, gx))
     (y1, g1), (y2, g2) = outs
     assert torch.equal(y1, y2) and torch.equal(g1, g2)
+    if shared:
+        assert torch.equal(y1 == 0, (y1[:, :1] == 0).expand_as(y1))
     assert y1.stride() == y2.stride()
 
 

@@ -9,8 +9,9 @@
  *   channels_last == 0:  [C][D][H][W]   (maps contiguous)
  *   channels_last == 1:  [D][H][W][C]   (channels innermost)
  * 1D and 2D maps are passed as 3D with leading sizes of 1.
- * Seeds index the flattened (B, C, Dv, Hv, Wv) seed grid, sorted ascending; each is the
- * corner of a bd x bh x bw block.
+ * Seeds index the flattened (B, C, Dv, Hv, Wv) seed grid (or (B, 1, Dv, Hv, Wv) with
+ * shared != 0: one mask for all channels of a sample), sorted ascending; each is the corner of
+ * a bd x bh x bw block.
  */
 #include <pthread.h>
 #ifdef _OPENMP
@@ -28,6 +29,7 @@ typedef struct {
     int64_t x_bstride, out_bstride;
     int64_t C, D, H, W, bd, bh, bw;
     int channels_last;
+    int shared; /* seeds index a (B, 1, Dv, Hv, Wv) grid: one mask for all channels */
     int64_t u0, u1; /* work units: maps (b, c) if channels-first, samples if channels-last */
     int failed;
 } job_t;
@@ -59,13 +61,15 @@ static void *NAME(void *arg) {                                                  
             for (int64_t w = 0; w < Wv; ++w) corner[r++] = (d * H + h) * W + w;               \
     if (!job->channels_last) {                                                                 \
         /* map by map: a map is still in L1 when its blocks are zeroed */                      \
-        int64_t s = first_seed(seeds, nseeds, job->u0 * V);                                    \
+        const int shared = job->shared;                                                        \
+        int64_t s = first_seed(seeds, nseeds, (shared ? job->u0 / C : job->u0) * V);           \
         for (int64_t m = job->u0; m < job->u1; ++m) {                                          \
             const int64_t b = m / C, c = m - b * C;                                            \
             const T *restrict xm = (const T *)job->x + b * job->x_bstride + c * S;             \
             T *restrict om = (T *)job->out + b * job->out_bstride + c * S;                     \
             for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];                          \
-            const int64_t first = m * V, end = first + V;                                      \
+            const int64_t first = (shared ? b : m) * V, end = first + V;                       \
+            if (shared) s = first_seed(seeds, nseeds, first);                                  \
             for (; s < nseeds && seeds[s] < end; ++s) {                                        \
                 const int64_t base = corner[seeds[s] - first];                                 \
                 for (int64_t d = 0; d < bd; ++d)                                               \
@@ -76,7 +80,7 @@ static void *NAME(void *arg) {                                                  
             }                                                                                  \
         }                                                                                      \
     } else {                                                                                   \
-        int64_t s = first_seed(seeds, nseeds, job->u0 * C * V);                               \
+        int64_t s = first_seed(seeds, nseeds, job->u0 * (job->shared ? 1 : C) * V);           \
         for (int64_t b = job->u0; b < job->u1; ++b) {                                          \
             const T *restrict x = (const T *)job->x + b * job->x_bstride;                      \
             T *restrict out = (T *)job->out + b * job->out_bstride;                            \
@@ -86,14 +90,18 @@ static void *NAME(void *arg) {                                                  
                 T *restrict orow = out + i * C;                                                \
                 for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * sc;                          \
             }                                                                                  \
-            const int64_t first = b * C * V, end = first + C * V;                              \
+            const int64_t per = job->shared ? V : C * V, first = b * per, end = first + per;   \
             for (; s < nseeds && seeds[s] < end; ++s) {                                        \
-                const int64_t r = seeds[s] - first, c = r / V;                                 \
+                const int64_t r = seeds[s] - first, c = job->shared ? 0 : r / V;               \
                 const int64_t base = corner[r - c * V];                                        \
                 for (int64_t d = 0; d < bd; ++d)                                               \
                     for (int64_t h = 0; h < bh; ++h) {                                         \
-                        T *restrict o = out + (base + (d * H + h) * W) * C + c;                \
-                        for (int64_t w = 0; w < bw; ++w) o[w * C] = 0;                         \
+                        T *restrict o = out + (base + (d * H + h) * W) * C;                    \
+                        if (job->shared) {                                                     \
+                            for (int64_t i = 0; i < bw * C; ++i) o[i] = 0;                     \
+                        } else {                                                               \
+                            for (int64_t w = 0; w < bw; ++w) o[w * C + c] = 0;                 \
+                        }                                                                      \
                     }                                                                          \
             }                                                                                  \
         }                                                                                      \
@@ -108,11 +116,12 @@ DEFINE_KERNEL(kernel_f64, double)
 static void setup(job_t *j, const void *x, void *out, const void *scale, const int64_t *seeds,
                   int64_t nseeds, int64_t x_bstride, int64_t out_bstride, int64_t C, int64_t D,
                   int64_t H, int64_t W, int64_t bd, int64_t bh, int64_t bw, int channels_last,
-                  int64_t units, int t, int threads) {
+                  int shared, int64_t units, int t, int threads) {
     j->x = x; j->out = out; j->scale = scale; j->seeds = seeds; j->nseeds = nseeds;
     j->x_bstride = x_bstride; j->out_bstride = out_bstride;
     j->C = C; j->D = D; j->H = H; j->W = W; j->bd = bd; j->bh = bh; j->bw = bw;
     j->channels_last = channels_last;
+    j->shared = shared;
     j->u0 = units * t / threads; j->u1 = units * (t + 1) / threads;
     j->failed = 0;
 }
@@ -123,7 +132,7 @@ static void setup(job_t *j, const void *x, void *out, const void *scale, const i
 int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const void *scale,
                        const int64_t *seeds, int64_t nseeds, int64_t B, int64_t x_bstride,
                        int64_t out_bstride, int64_t C, int64_t D, int64_t H, int64_t W,
-                       int64_t bd, int64_t bh, int64_t bw, int channels_last) {
+                       int64_t bd, int64_t bh, int64_t bw, int channels_last, int shared) {
     void *(*kernel)(void *) = dtype == 0 ? kernel_f32 : kernel_f64;
     const int64_t units = channels_last ? B : B * C;
     if (units <= 0) return 0;
@@ -136,7 +145,7 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     {
         job_t job;
         setup(&job, x, out, scale, seeds, nseeds, x_bstride, out_bstride, C, D, H, W, bd, bh,
-              bw, channels_last, units, omp_get_thread_num(), omp_get_num_threads());
+              bw, channels_last, shared, units, omp_get_thread_num(), omp_get_num_threads());
         kernel(&job);
         failed = failed || job.failed;
     }
@@ -145,7 +154,7 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     pthread_t tids[64];
     for (int t = 0; t < threads; ++t)
         setup(&jobs[t], x, out, scale, seeds, nseeds, x_bstride, out_bstride, C, D, H, W, bd,
-              bh, bw, channels_last, units, t, threads);
+              bh, bw, channels_last, shared, units, t, threads);
     int spawned = 0;
     for (int t = 1; t < threads; ++t) {
         if (pthread_create(&tids[t], 0, kernel, &jobs[t]) != 0) break;
