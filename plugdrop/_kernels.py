@@ -200,29 +200,31 @@ SPARSE_MIN_NUMEL = 4096
 def sparse_seeds(total: int, gamma: float) -> torch.Tensor:
     """Sorted positions in ``[0, total)`` of a Bernoulli(``gamma``) process, as int64.
 
-    Exact: the gaps between successive successes of independent Bernoulli trials are
+    The gaps between successive successes of independent Bernoulli trials are
     Geometric(``gamma``); a gap is drawn as ``1 + floor(log(1 - u) / log(1 - gamma))`` from a
-    uniform ``u`` of torch's generator (so ``torch.manual_seed`` reproduces it), in float64.
-    Costs O(``gamma * total``) instead of a random number per position. CPU only (the final cut
+    uniform ``u`` of torch's generator (so ``torch.manual_seed`` reproduces it). Uniforms are
+    float32, as in ``torch.rand(...) < p``, so the law is exact to the same 2**-24 resolution;
+    the gaps are computed in float64 when they could exceed float32's exact integers. Costs
+    O(``gamma * total``) random numbers instead of one per position. CPU only (the final cut
     reads a value on the host).
     """
     log_q = math.log1p(-gamma)
+    wide = 17.0 / gamma > 2**23  # the largest gap float32 uniforms can give
     parts = []
-    last = -1.0
+    last = -1
     while True:
         expected = (total - 1 - last) * gamma
         k = int(expected + 6.0 * math.sqrt(expected) + 16)
-        u = torch.rand(k, dtype=torch.float64)
-        pos = torch.log1p(u.neg_()).div_(log_q).floor_().add_(1.0).cumsum_(0).add_(last)
-        end = float(pos[-1])
+        u = torch.rand(k, dtype=torch.float64 if wide else torch.float32)
+        gaps = torch.log1p(u.neg_()).div_(log_q).floor_().add_(1.0)
+        pos = gaps.to(torch.int64).cumsum_(0).add_(last)
+        end = int(pos[-1])
         if end >= total:
-            cut = int(torch.searchsorted(pos, float(total)))
-            parts.append(pos[:cut])
+            parts.append(pos[:int(torch.searchsorted(pos, total))])
             break
         parts.append(pos)
         last = end
-    pos = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return pos.to(torch.int64)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def use_sparse(numel: int, prob: float, device: torch.device) -> bool:

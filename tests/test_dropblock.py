@@ -12,6 +12,20 @@ from plugdrop.functional import drop_block
 from conftest import sigma_tol
 
 
+@pytest.fixture(autouse=True, params=["fused", "torch-ops", "dense"])
+def kernel_path(request, monkeypatch):
+    """Every test here runs on each kernel path: the sparse seeds with the fused C kernel, the
+    sparse seeds with torch ops, and the dense draw (CUDA's and torch.compile's path)."""
+    from plugdrop import _cext
+
+    if request.param == "fused" and _cext.library() is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setattr(_kernels, "USE_CEXT", request.param == "fused")
+    if request.param == "dense":
+        monkeypatch.setattr(_kernels, "SPARSE_MAX_GAMMA", -1.0)
+    return request.param
+
+
 def _per_map_fraction(y: torch.Tensor) -> torch.Tensor:
     """Dropped fraction of each (sample, channel) map of a channels-first output."""
     return (y == 0).flatten(2).float().mean(-1).flatten()
