@@ -50,6 +50,23 @@ def _id(shape) -> str:
     return "x".join(map(str, shape))
 
 
+def _fwd_bwd(x: torch.Tensor, g: torch.Tensor, f):
+    """A callable running ``f()`` forward and its backward with gradient ``g`` into ``x``."""
+    def step():
+        x.grad = None
+        f().backward(g)
+    return step
+
+
+def _with_fwd_bwd(fns: dict, m: nn.Module, shape) -> None:
+    """Add plugdrop's forward+backward and the ``x * mask`` baseline's to ``fns``."""
+    xs = torch.randn(shape, requires_grad=True)
+    g = torch.randn(shape)
+    mask = (torch.rand(shape) > P).float()
+    fns["plugdrop fwd+bwd"] = _fwd_bwd(xs, g, lambda: m(xs))
+    fns["x*mask fwd+bwd"] = _fwd_bwd(xs, g, lambda: xs * mask)
+
+
 @pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
 def test_dropblock2d_per_channel_forward(benchmark, shape):
     x = torch.randn(shape)
@@ -69,18 +86,11 @@ def test_dropblock2d_per_channel_forward_backward(benchmark, shape):
     g = torch.randn(shape)
     mask = (torch.rand(shape) > P).float()
     m = _attached(pd.DropBlock(P, block_size=7))
-
-    def run(f):
-        def step():
-            x.grad = None
-            f().backward(g)
-        return step
-
-    fns = {"plugdrop": run(lambda: m(x)), "x*mask": run(lambda: x * mask)}
+    fns = {"plugdrop": _fwd_bwd(x, g, lambda: m(x)), "x*mask": _fwd_bwd(x, g, lambda: x * mask)}
     if (timm := _timm()) is not None:
-        fns["timm"] = run(lambda: timm.drop_block_2d(x, P, 7, couple_channels=False))
+        fns["timm"] = _fwd_bwd(x, g, lambda: timm.drop_block_2d(x, P, 7, couple_channels=False))
     if (ops := _torchvision_ops()) is not None:
-        fns["torchvision"] = run(lambda: ops.drop_block2d(x, P, 7))
+        fns["torchvision"] = _fwd_bwd(x, g, lambda: ops.drop_block2d(x, P, 7))
     record(benchmark, f"DropBlock2d per-channel fwd+bwd {_id(shape)}", interleaved(fns))
     benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
 
@@ -138,18 +148,7 @@ def test_dropblock1d_forward(benchmark, shape, block):
     x = torch.randn(shape)
     m = _attached(pd.DropBlock(P, block_size=block))
     mf = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
-    xs = x.clone().requires_grad_()
-    g = torch.randn(shape)
-    mask = (torch.rand(shape) > P).float()
-
-    def fb(f):
-        def step():
-            xs.grad = None
-            f().backward(g)
-        return step
-
-    mf["plugdrop fwd+bwd"] = fb(lambda: m(xs))
-    mf["x*mask fwd+bwd"] = fb(lambda: xs * mask)
+    _with_fwd_bwd(mf, m, shape)
     med = interleaved(mf)
     record(benchmark, f"DropBlock1d per-channel fwd {_id(shape)}",
            {k: med[k] for k in ("plugdrop", "x*x")})
@@ -164,18 +163,7 @@ def test_dropblock3d_forward(benchmark, shape):
     fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
     if (ops := _torchvision_ops()) is not None:
         fns["torchvision"] = lambda: ops.drop_block3d(x, P, 3)
-    xs = x.clone().requires_grad_()
-    g = torch.randn(shape)
-    mask = (torch.rand(shape) > P).float()
-
-    def fb(f):
-        def step():
-            xs.grad = None
-            f().backward(g)
-        return step
-
-    fns["plugdrop fwd+bwd"] = fb(lambda: m(xs))
-    fns["x*mask fwd+bwd"] = fb(lambda: xs * mask)
+    _with_fwd_bwd(fns, m, shape)
     med = interleaved(fns)
     fwd = {k: v for k, v in med.items() if "fwd+bwd" not in k}
     record(benchmark, f"DropBlock3d per-channel fwd {_id(shape)}", fwd)
