@@ -590,3 +590,37 @@ def summary(model: nn.Module) -> Summary:
             t = hook.transform
             out.append(SummaryRow(entry.name, repr(t), hook.where, t.values(), t.step_count))
     return out
+
+
+class _ShapeHook:
+    """Forward hook recording the structure of a module's output (for ``plugdrop layers``)."""
+
+    def __init__(self, store: dict[str, str], name: str):
+        self.store = store
+        self.name = name
+
+    def __call__(self, module: nn.Module, args: tuple, output: Any) -> None:
+        self.store[self.name] = _describe(output)
+
+
+def output_shapes(model: nn.Module, *inputs: Any) -> dict[str, str]:
+    """Run one forward of ``model`` in eval mode without gradients and return, for every
+    module (canonical name), a description of its output (``Tensor(1, 64, 16, 16)``, tuples
+    and dicts spelled out). Modules not called in that forward are absent. No hook is left."""
+    store: dict[str, str] = {}
+    handles = []
+    try:
+        for entry in _selection.walk(model):
+            if not entry.wrapper:
+                handles.append(entry.module.register_forward_hook(_ShapeHook(store, entry.name)))
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                model(*inputs)
+        finally:
+            model.train(was_training)
+    finally:
+        for h in handles:
+            h.remove()
+    return store

@@ -1,0 +1,3 @@
+from plugdrop.cli import main
+
+raise SystemExit(main())
