@@ -12,7 +12,7 @@ timm = pytest.importorskip("timm")
 # (model name, create kwargs, input size, selector, transform factory)
 CASES = [
     ("resnet18", {}, 64, "layer3.*", lambda: pd.DropBlock(0.1, block_size=3)),
-    ("resnet18d", {}, 64, "layer3.*.bn1", lambda: pd.DropBlock(0.1, block_size=3)),
+    ("resnet18d", {}, 64, "layer2.*", lambda: pd.DropBlock(0.1, block_size=3)),
     ("densenet121", {}, 64, "features.denseblock3",
      lambda: pd.DropBlock(0.1, block_size=2, shared_channels=True)),
     ("deit_tiny_distilled_patch16_224", {"img_size": 64}, 64, "blocks.*",
