@@ -97,6 +97,9 @@ def plot(out: Path, records: list[EpochRecord], summary: list[dict[str, Any]],
         ax.plot(epochs, mean, marker="o", ms=3, label=v)
         ax.fill_between(epochs, [m - s for m, s in zip(mean, std)],
                         [m + s for m, s in zip(mean, std)], alpha=0.2)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation accuracy (%)")
     ax.set_title("Validation accuracy (mean ± std over seeds)")
@@ -115,8 +118,8 @@ def plot(out: Path, records: list[EpochRecord], summary: list[dict[str, Any]],
     lo = min(m - e for m, e in zip(means, errs)) if means else 0
     ax.set_ylim(max(0.0, lo - 5), min(100.0, max(m + e for m, e in zip(means, errs)) + 2)
                 if means else 100)
-    for i, m in enumerate(means):
-        ax.text(i, m, f"{m:.1f}", ha="center", va="bottom", fontsize=9)
+    for i, (m, e) in enumerate(zip(means, errs)):
+        ax.text(i + 0.08, m + e, f"{m:.1f}", ha="left", va="bottom", fontsize=9)
     ax.set_ylabel("final validation accuracy (%)")
     ax.set_title("Final accuracy (mean ± std over seeds)")
     plt.setp(ax.get_xticklabels(), rotation=15, ha="right")
