@@ -162,7 +162,7 @@ def _evaluate(model: nn.Module, data: Dataset, batch_size: int, d: Dist,
 
 
 def train_run(cfg: AblationConfig, variant: str, seed: int, data: Dataset, d: Dist,
-              progress: Callable[[str, int, int], Any] | None = None) -> list[EpochRecord]:
+              progress: Callable[..., Any] | None = None) -> list[EpochRecord]:
     """Train one variant with one seed; returns one record per epoch (on every rank)."""
     specs: list[TransformSpec] = cfg.variants[variant]
     torch.manual_seed(seed)
@@ -221,7 +221,7 @@ def train_run(cfg: AblationConfig, variant: str, seed: int, data: Dataset, d: Di
         records.append(EpochRecord(variant, seed, epoch, train_loss, val_loss, val_acc, elapsed,
                                    sched.get_last_lr()[0], values))
         if progress is not None:
-            progress("epoch", epoch, cfg.epochs)
+            progress("epoch", epoch, cfg.epochs, records[-1])
     for h in handles:
         h.remove()
     return records

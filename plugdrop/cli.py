@@ -97,7 +97,9 @@ class _Progress:
             self.epochs = self.tqdm(total=epochs, desc=f"{variant} seed {seed}", position=1,
                                     leave=False)
 
-    def __call__(self, kind: str, i: int, n: int) -> None:
+    def __call__(self, kind: str, i: int, n: int, record=None) -> None:
+        if kind == "epoch" and record is not None:
+            self.epoch(record)
         if not self.tty:
             return
         if kind == "batch":
@@ -159,10 +161,7 @@ def _ablate(args: argparse.Namespace) -> int:
     try:
         for variant, seed in runs:
             progress.start(variant, seed, cfg.epochs)
-            for r in _ablate_train.train_run(cfg, variant, seed, data, d, progress):
-                records.append(r)
-            for r in records[-cfg.epochs:]:
-                progress.epoch(r)
+            records += _ablate_train.train_run(cfg, variant, seed, data, d, progress)
             progress.end()
     finally:
         progress.close()
