@@ -4,6 +4,8 @@ implementations where they exist. Run with ``./dev bench``; ratios are plugdrop 
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn as nn
@@ -22,28 +24,24 @@ def _attached(transform: pd.Transform) -> nn.Module:
     return m
 
 
-def _timm():
+def _optional(module: str):
+    """An optional baseline's module, or None where it does not import."""
     try:
-        from timm.layers import drop as timm_drop
-        return timm_drop
+        return importlib.import_module(module)
     except Exception:  # pragma: no cover - optional baseline
         return None
+
+
+def _timm():
+    return _optional("timm.layers.drop")
 
 
 def _torchvision_ops():
-    try:
-        import torchvision.ops as ops
-        return ops
-    except Exception:  # pragma: no cover - optional baseline
-        return None
+    return _optional("torchvision.ops")
 
 
 def _dropblock_pkg():
-    try:
-        import dropblock
-        return dropblock
-    except Exception:  # pragma: no cover - optional baseline
-        return None
+    return _optional("dropblock")
 
 
 def _id(shape) -> str:
