@@ -59,13 +59,13 @@ def _looks_like_tokens(shape: torch.Size) -> bool:
 
 def _suspicious(shape: torch.Size) -> str | None:
     """A fix hint when a tensor passed with the default layout looks like another layout."""
-    if len(shape) == 3 and _looks_like_tokens(shape):
+    if len(shape) == 3 and shape[2] >= 16 and _looks_like_tokens(shape):
         return (
             "it looks like a token sequence (B, N, C) with a class token, as vision "
             "transformers produce; pass layout='tokens' (or layout='channels_first' if it "
             "really is (B, C, L))"
         )
-    if len(shape) == 4 and shape[1] == shape[2] != shape[3]:
+    if len(shape) == 4 and shape[1] == shape[2] and shape[3] >= 16 and shape[3] > shape[2]:
         return (
             "it looks channels-last (B, H, W, C), as swin and other timm models produce; pass "
             "layout='channels_last' (or layout='channels_first' if it really is (B, C, H, W))"

@@ -215,7 +215,8 @@ def test_dropblock_invariants(rank, batch, channels, side, block, p, dtype, layo
 def test_channel_sample_element_dropout_invariants(shape, p, which, seed):
     torch.manual_seed(seed)
     x = torch.rand(shape) + 0.5
-    y = getattr(F, which)(x, p)
+    kwargs = {"layout": "channels_first"} if which == "dropout2d" else {}
+    y = getattr(F, which)(x, p, **kwargs)
     assert y.shape == x.shape and y.dtype == x.dtype
     kept = y != 0
     assert torch.allclose(y[kept], x[kept] / (1 - p), rtol=1e-5)
