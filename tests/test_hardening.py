@@ -285,3 +285,32 @@ def test_failed_attach_leaves_no_hook_anywhere():
             pd.attach(model, sel, pd.ClipGradNorm(1.0), where=where)
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert all(not p._backward_hooks for p in model.parameters())
+
+
+# ---------------------------------------------------------------- activation checkpointing
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointing_applies_gradient_transforms_once_and_steps_once(reentrant):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(6, 6), nn.Identity(), nn.Linear(6, 6))
+    x = torch.randn(4, 6, requires_grad=True)
+    block(x).square().sum().backward()
+    ref = block[0].weight.grad.clone()
+    block.zero_grad()
+    scale = pd.attach(block, "1", pd.ScaleGrad(3.0))
+    drop = pd.attach(block, "2", pd.Dropout(pd.linear(0.0, 0.5, steps=10)))
+    opt = torch.optim.SGD(block.parameters(), lr=0.0)
+    drop.bind(opt)
+    block.eval()  # forward transforms off: only the gradient transform acts
+    checkpoint(block, x, use_reentrant=reentrant).square().sum().backward()
+    assert torch.allclose(block[0].weight.grad, 3.0 * ref, atol=1e-6)
+    block.train()
+    for _ in range(3):
+        opt.zero_grad()
+        checkpoint(block, x, use_reentrant=reentrant).square().sum().backward()
+        opt.step()
+    assert drop.step_count == 3  # counted per optimizer step, not per (re)computed forward
+    scale.remove()
