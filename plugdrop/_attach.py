@@ -200,12 +200,31 @@ class _ParamGradHook:
         return self.transform.call_param(grad)
 
 
+class _ParamPostGradHook:
+    """Post-accumulate-grad hook on a sharded (DTensor, FSDP2) parameter: FSDP2 assigns the
+    reduce-scattered gradient shard to ``.grad`` and calls these hooks, not tensor hooks."""
+
+    def __init__(self, transform: GradientTransform):
+        self.transform = transform
+
+    def __call__(self, param: torch.Tensor) -> None:
+        if param.grad is not None:
+            param.grad = self.transform.call_param(param.grad)
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return any(c.__name__ == "DTensor" for c in type(t).__mro__)
+
+
 class _ParamsHook(_Hook):
     """Forward pre-hook for ``where="params"``; owns the tensor hooks on the parameters.
 
     Tensor hooks on parameters do not survive ``copy.deepcopy`` or pickling (torch drops them),
-    so each forward checks that they are installed on the module's current parameters and
-    installs them if not: a copy of the model regains them at its first forward.
+    and ``fully_shard`` replaces parameters, so each forward checks that they are installed on
+    the module's current parameters and installs them if not: a copy of the model regains them
+    at its first forward. Sharded DTensor parameters (FSDP2) get a post-accumulate-grad hook
+    acting on the reduced gradient shard (norms of DTensors are global); plain parameters a
+    tensor hook acting on each backward's gradient before accumulation.
     """
 
     where = "params"
@@ -213,18 +232,22 @@ class _ParamsHook(_Hook):
     def __init__(self, transform: GradientTransform, name: str, param_names: list[str]):
         super().__init__(transform, name, None)
         self.param_names = param_names
-        self._installed: dict[int, tuple[weakref.ref, RemovableHandle]] = {}
+        # id(param) -> (weakref to it, hook handle, parameter name)
+        self._installed: dict[int, tuple[weakref.ref, RemovableHandle, str]] = {}
+        self._sharded: set[str] = set()  # names whose parameter is an FSDP2 shard
+
+    _TRANSIENT = ("_installed", "_sharded")
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_installed"] = {}
+        state["_installed"], state["_sharded"] = {}, set()
         return state
 
     def __deepcopy__(self, memo: dict) -> "_ParamsHook":
         new = _ParamsHook.__new__(_ParamsHook)
         memo[id(self)] = new
         for k, v in self.__dict__.items():
-            new.__dict__[k] = {} if k == "_installed" else copy.deepcopy(v, memo)
+            new.__dict__[k] = type(v)() if k in self._TRANSIENT else copy.deepcopy(v, memo)
         return new
 
     def install(self, module: nn.Module) -> None:
@@ -233,11 +256,22 @@ class _ParamsHook(_Hook):
             known = self._installed.get(id(p))
             if known is not None and known[0]() is p:
                 continue
-            handle = p.register_hook(_ParamGradHook(self.transform))
-            self._installed[id(p)] = (weakref.ref(p), handle)
+            if _is_dtensor(p):
+                # fully_shard replaced the parameter: drop the hooks left on the old one
+                for key, (_, old, name) in list(self._installed.items()):
+                    if name == pname:
+                        old.remove()
+                        del self._installed[key]
+                self._sharded.add(pname)
+                handle = p.register_post_accumulate_grad_hook(_ParamPostGradHook(self.transform))
+            elif pname in self._sharded:
+                continue  # FSDP2's unsharded view during forward: the shard carries the hook
+            else:
+                handle = p.register_hook(_ParamGradHook(self.transform))
+            self._installed[id(p)] = (weakref.ref(p), handle, pname)
 
     def uninstall(self) -> None:
-        for ref, handle in self._installed.values():
+        for ref, handle, _ in self._installed.values():
             if ref() is not None:
                 handle.remove()
         self._installed.clear()

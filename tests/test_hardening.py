@@ -314,3 +314,42 @@ def test_checkpointing_applies_gradient_transforms_once_and_steps_once(reentrant
         opt.step()
     assert drop.step_count == 3  # counted per optimizer step, not per (re)computed forward
     scale.remove()
+
+
+# ------------------------------------------------------------------------------- FSDP2
+
+
+def _fsdp_worker(rank, world, init, out):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    pd.attach(model, "0", pd.ClipGradNorm(1e-3), where="params")
+    torch.manual_seed(rank)
+    norms = []
+    for _ in range(2):
+        model.zero_grad()
+        model(torch.randn(4, 8) * 100).sum().backward()
+        norms.append([model[0].weight.grad.full_tensor().norm().item(),
+                      model[0].bias.grad.full_tensor().norm().item(),
+                      model[2].weight.grad.full_tensor().norm().item()])
+    torch.save(norms, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_fsdp2_params_transform_acts_on_the_reduced_gradient():
+    pytest.importorskip("torch.distributed.fsdp")
+    with tempfile.TemporaryDirectory() as tmp:
+        init, out = os.path.join(tmp, "init"), os.path.join(tmp, "out")
+        mp.spawn(_fsdp_worker, args=(2, init, out), nprocs=2, join=True)
+        results = [torch.load(f"{out}.{r}") for r in range(2)]
+    for norms in results:
+        for weight, bias, other in norms:
+            # clipped on the full (all-reduced) gradient tensor: exactly max_norm
+            assert weight == pytest.approx(1e-3, rel=1e-4) and bias == pytest.approx(1e-3, rel=1e-4)
+            assert other > 1.0  # the unselected layer is untouched
