@@ -8,7 +8,7 @@
 """
 
 from . import functional, schedules
-from ._attach import Handle, Summary, SummaryRow, attach, detach, select, summary
+from ._attach import Handle, Summary, SummaryRow, attach, detach, handles, select, summary
 from .schedules import Schedule, cosine, linear, piecewise, warmup
 from .transforms import (
     ClipGradNorm,
@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "attach",
     "detach",
+    "handles",
     "select",
     "summary",
     "Handle",

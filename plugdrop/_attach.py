@@ -20,7 +20,7 @@ from . import _selection
 from ._selection import Selector
 from .transforms import GradientTransform, Transform
 
-__all__ = ["attach", "detach", "select", "summary", "Handle", "Summary"]
+__all__ = ["attach", "detach", "handles", "select", "summary", "Handle", "Summary"]
 
 _WHERE = ("output", "input", "params")
 
@@ -346,7 +346,7 @@ class Handle:
     """
 
     def __init__(self, transform: Transform, where: str, layers: list[str],
-                 hooks: list[tuple[nn.Module, RemovableHandle, _Hook]]):
+                 hooks: list[tuple[nn.Module, _Hook]]):
         self.transform = transform
         self.where = where
         self.layers = layers
@@ -356,19 +356,17 @@ class Handle:
     @property
     def attached(self) -> bool:
         """``True`` until :meth:`remove` (or :func:`detach`) took the attachment off."""
-        return any(self._is_live(m, h) for m, _, h in self._hooks)
-
-    @staticmethod
-    def _is_live(module: nn.Module, hook: _Hook) -> bool:
-        return any(h is hook for _, _, h in _iter_hooks(module))
+        return any(h is hook for m, hook in self._hooks for _, _, h in _iter_hooks(m))
 
     def remove(self) -> None:
         """Take every hook of this attachment off and unbind the optimizer. Idempotent."""
-        for module, removable, hook in self._hooks:
-            if isinstance(hook, _ParamsHook):
-                hook.uninstall()
-            removable.remove()
-        if self._hooks:
+        removed = 0
+        for module, hook in self._hooks:
+            for d, key, h in _iter_hooks(module):
+                if h is hook:
+                    _remove_hook(module, d, key, h)
+                    removed += 1
+        if removed:
             _invalidate_compiled()
         self._hooks = []
         self.unbind()
@@ -543,26 +541,26 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
                 )
             param_sets.append(owned)
 
-    hooks: list[tuple[nn.Module, RemovableHandle, _Hook]] = []
+    hooks: list[tuple[nn.Module, _Hook]] = []
     try:
         for i, (name, module) in enumerate(selected):
             transform._prepare(_module_device(module))
             if where == "output":
                 hook: _Hook = _OutputHook(transform, name, element)
-                removable = module.register_forward_hook(hook)
+                module.register_forward_hook(hook)
             elif where == "input":
                 hook = _InputHook(transform, name, element)
-                removable = module.register_forward_pre_hook(hook, with_kwargs=True)
+                module.register_forward_pre_hook(hook, with_kwargs=True)
             else:
                 hook = _ParamsHook(transform, name, param_sets[i])  # type: ignore[arg-type]
+                module.register_forward_pre_hook(hook)
                 hook.install(module)
-                removable = module.register_forward_pre_hook(hook)
-            hooks.append((module, removable, hook))
+            hooks.append((module, hook))
     except BaseException:
-        for module, removable, hook in hooks:
-            if isinstance(hook, _ParamsHook):
-                hook.uninstall()
-            removable.remove()
+        for module, hook in hooks:
+            for d, key, h in _iter_hooks(module):
+                if h is hook:
+                    _remove_hook(module, d, key, h)
         raise
     transform._attached = True
     _invalidate_compiled()
@@ -584,6 +582,25 @@ def detach(model: nn.Module) -> int:
     if count:
         _invalidate_compiled()
     return count
+
+
+def handles(model: nn.Module) -> list[Handle]:
+    """Handles for the attachments found on ``model``: one per transform, in module order.
+
+    Use it on a copy (``copy.deepcopy``, ``torch.load``, an EMA model) to step, bind, save or
+    remove the copy's own attachments, which no handle returned by :func:`attach` refers to.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"handles() needs a torch.nn.Module, got {type(model).__name__}")
+    groups: dict[int, tuple[Transform, str, list[str], list[tuple[nn.Module, _Hook]]]] = {}
+    for entry in _selection.walk(model):
+        for _, _, hook in _iter_hooks(entry.module):
+            t = hook.transform
+            group = groups.setdefault(id(t), (t, hook.where, [], []))
+            if entry.name not in group[2]:
+                group[2].append(entry.name)
+            group[3].append((entry.module, hook))
+    return [Handle(t, where, layers, hooks) for t, where, layers, hooks in groups.values()]
 
 
 class SummaryRow(NamedTuple):

@@ -499,3 +499,24 @@ def test_activation_checkpointing_replays_the_same_mask(reentrant):
         out.square().sum().backward()
         grads.append((x.grad.clone(), block[0].weight.grad.clone()))
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+def test_handles_of_a_copy_step_bind_and_remove_its_own_attachments(net):
+    pd.attach(net, "layer1.*", pd.DropBlock(pd.linear(0.0, 0.2, steps=10), 3)).step(2)
+    pd.attach(net, "fc", pd.ClipGradNorm(1.0), where="params")
+    clone = copy.deepcopy(net)
+    hs = pd.handles(clone)
+    assert [(h.layers, h.where) for h in hs] == [(["layer1.0", "layer1.1"], "output"),
+                                                (["fc"], "params")]
+    assert hs[0].step_count == 2
+    opt = torch.optim.SGD(clone.parameters(), lr=0.0)
+    hs[0].bind(opt)
+    opt.step()
+    assert hs[0].transform.p == pytest.approx(0.06)
+    assert pd.summary(net)[0].values["p"] == pytest.approx(0.04)  # the original: own schedule
+    hs[0].remove()
+    assert [r.layer for r in pd.summary(clone)] == ["fc"]
+    hs[1].remove()
+    assert len(pd.summary(clone)) == 0 and len(pd.summary(net)) == 3
+    clone(torch.randn(2, 3, 8, 8)).sum().backward()
+    assert all(not p._backward_hooks for p in clone.parameters())
