@@ -196,7 +196,7 @@ def resolve(model: nn.Module, selector: Selector, exclude: Selector | None = Non
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    entries = [e for e in walk(model)]
+    entries = walk(model)
     candidates = [e for e in entries if not e.wrapper]
     parts = _flatten(selector)
     if not parts:
