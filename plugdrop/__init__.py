@@ -7,8 +7,9 @@
     >>> h.remove()          # the model is exactly as it was
 """
 
-from . import functional, schedules
+from . import functional, observe, schedules
 from ._attach import Handle, Summary, SummaryRow, attach, detach, handles, select, summary
+from .observe import Trace, Watch, capture, gradcam, save_gradcam, trace, watch
 from .schedules import Schedule, cosine, linear, piecewise, warmup
 from .transforms import (
     ClipGradNorm,
@@ -53,7 +54,15 @@ __all__ = [
     "cosine",
     "piecewise",
     "warmup",
+    "capture",
+    "trace",
+    "watch",
+    "gradcam",
+    "save_gradcam",
+    "Trace",
+    "Watch",
     "functional",
+    "observe",
     "schedules",
     "__version__",
 ]

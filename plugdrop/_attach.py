@@ -115,6 +115,8 @@ class _Hook:
 
     def _act(self, module: nn.Module, value: Any, element: int | str | None) -> Any:
         """Apply the transform to the chosen tensor of ``value``; ``None`` if nothing to do."""
+        if self.transform.kind == "observe":
+            return self._observe(module, value, element)
         forward = self.transform.kind == "forward"
         if forward and not module.training:
             return None
@@ -130,6 +132,84 @@ class _Hook:
             return None
         y = self._forward(module, x)
         return None if y is x else _replace(value, key, y)
+
+
+    def _observe(self, module: nn.Module, value: Any, element: int | str | None) -> None:
+        """Hand the chosen tensor to an observer (any mode, never modified)."""
+        observer = self.transform
+        key = _locate(value, element, self.where) if observer.strict else _try_locate(
+            value, element, self.where)
+        if key is _MISSING:
+            return None
+        x = value if key is None else value[key]
+        observer.on_forward(self.name, module, x)
+        if observer.wants_grad and torch.is_grad_enabled() and x.requires_grad:
+            x.register_hook(_ObserveGradHook(observer, self.name))
+        return None
+
+
+_MISSING = object()
+
+
+def _try_locate(value: Any, element: int | str | None, where: str) -> Any:
+    try:
+        return _locate(value, element, where)
+    except (ValueError, TypeError):
+        return _MISSING
+
+
+class Observer:
+    """Base of the objects :mod:`plugdrop.observe` hangs on modules through the same hooks as
+    the transforms: they see a module's input or output (and its gradient) in every mode and
+    never change it. Private protocol; the public tools are in :mod:`plugdrop.observe`."""
+
+    kind = "observe"
+    wants_grad = False
+    strict = False  # False: modules whose output holds no tensor are skipped silently
+    _attached = False
+    step_count = 0
+
+    def values(self) -> dict[str, float]:
+        return {}
+
+    def on_forward(self, layer: str, module: nn.Module, x: torch.Tensor) -> None:
+        pass
+
+    def on_grad(self, layer: str, grad: torch.Tensor) -> None:
+        pass
+
+
+class _ObserveGradHook:
+    """Tensor hook handing the gradient of an observed tensor to its observer, unchanged."""
+
+    def __init__(self, observer: Observer, name: str):
+        self.observer = observer
+        self.name = name
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        self.observer.on_grad(self.name, grad)
+        return None
+
+
+def observe(model: nn.Module, selector: Selector, observer: Observer, *,
+            exclude: Selector | None = None, where: str = "output",
+            element: int | str | None = None, prepend: bool = False) -> Handle:
+    """Hang ``observer`` on the selected modules (``where`` = "output" or "input"); the
+    returned handle removes it. ``prepend`` places it before the module's other hooks (it then
+    sees an output before any transform acts on it)."""
+    selected = _selection.resolve(model, selector, exclude)
+    hooks: list[tuple[nn.Module, _Hook]] = []
+    for name, module in selected:
+        if where == "input":
+            hook: _Hook = _InputHook(observer, name, element)  # type: ignore[arg-type]
+            module.register_forward_pre_hook(hook, with_kwargs=True, prepend=prepend)
+        else:
+            hook = _OutputHook(observer, name, element)  # type: ignore[arg-type]
+            module.register_forward_hook(hook, prepend=prepend)
+        hooks.append((module, hook))
+    observer._attached = True
+    _invalidate_compiled()
+    return Handle(observer, where, [n for n, _ in selected], hooks)  # type: ignore[arg-type]
 
 
 class _OutputHook(_Hook):
@@ -675,3 +755,13 @@ def output_shapes(model: nn.Module, *inputs: Any) -> dict[str, str]:
         for h in handles:
             h.remove()
     return store
+
+
+def forward_transforms(model: nn.Module) -> dict[str, list[Transform]]:
+    """Canonical layer name -> the forward transforms attached to its output."""
+    out: dict[str, list[Transform]] = {}
+    for entry in _selection.walk(model):
+        for _, _, hook in _iter_hooks(entry.module):
+            if hook.where == "output" and hook.transform.kind == "forward":
+                out.setdefault(entry.name, []).append(hook.transform)
+    return out

@@ -1,0 +1,162 @@
+"""capture, trace, watch and Grad-CAM against hand computations on small models."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import plugdrop as pd
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3, padding=1),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 3))
+
+
+def _no_hooks(model):
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_capture_outputs_inputs_and_grads_equal_the_forward():
+    m = _net()
+    x = torch.randn(2, 3, 8, 8)
+    h0 = m[0](x)
+    h1 = m[1](h0)
+    h2 = m[2](h1)
+    with pd.capture(m, ["0", "2"]) as out, pd.capture(m, "2", what="input") as inp:
+        y = m(x)
+    assert torch.equal(out["0"], h0) and torch.equal(out["2"], h2)
+    assert torch.equal(inp["2"], h1)
+    assert not out["0"].requires_grad
+    # gradients: compare with retain_grad on a manual forward
+    h2r = m[2](m[1](m[0](x)))
+    h2r.retain_grad()
+    m[5](m[4](m[3](h2r))).square().sum().backward()
+    with pd.capture(m, "2", what="grad", to_cpu=True) as grads:
+        m(x).square().sum().backward()
+    assert torch.allclose(grads["2"], h2r.grad)
+    assert _no_hooks(m) and len(pd.summary(m)) == 0 and torch.equal(m(x), y)
+
+
+def test_capture_all_calls_of_a_shared_module():
+    shared = nn.Linear(3, 3)
+    m = nn.Sequential(shared, nn.ReLU(), shared)
+    x = torch.randn(2, 3)
+    with pd.capture(m, "0", all_calls=True) as out:
+        m(x)
+    assert len(out["0"]) == 2
+    assert torch.equal(out["0"][0], shared(x))
+    assert torch.equal(out["0"][1], shared(F.relu(shared(x))))
+
+
+def test_capture_bad_what():
+    with pytest.raises(ValueError, match="what must be"):
+        with pd.capture(_net(), "0", what="weights"):
+            pass
+
+
+def test_trace_order_of_a_known_network(tmp_path):
+    m = _net()
+    with pd.trace(m, exclude="") as t:
+        m(torch.randn(2, 3, 8, 8)).sum().backward()
+    order = [(e["phase"], e["module"]) for e in t.events]
+    forward = [("forward", str(i)) for i in range(6)]
+    backward = [("backward", str(i)) for i in reversed(range(6))]
+    assert order == forward + backward
+    assert t.events[2]["type"] == "Conv2d" and t.events[2]["shapes"] == [[2, 6, 8, 8]]
+    assert "backward" in str(t) and "AdaptiveAvgPool2d" in str(t)
+    lines = t.write_jsonl(tmp_path / "t.jsonl").read_text().splitlines()
+    assert [json.loads(line)["module"] for line in lines] == [m for _, m in order]
+    assert _no_hooks(m)
+
+
+def test_watch_statistics_match_direct_computation():
+    m = _net().train()
+    xs = [torch.randn(4, 3, 8, 8) for _ in range(3)]
+    means, stds, zeros, norms = [], [], [], []
+    for x in xs:
+        h = m[1](m[0](x))
+        h.retain_grad()
+        m[5](m[4](m[3](m[2](h)))).sum().backward()
+        means.append(h.mean())
+        stds.append(h.std())
+        zeros.append((h == 0).float().mean())
+        norms.append(h.grad.norm())
+    w = pd.watch(m, "1")
+    for x in xs:
+        m(x).sum().backward()
+    d = w.as_dict()
+    assert d["1/act_mean"] == pytest.approx(torch.stack(means).mean().item(), rel=1e-5)
+    assert d["1/act_std"] == pytest.approx(torch.stack(stds).mean().item(), rel=1e-5)
+    assert d["1/act_zero_frac"] == pytest.approx(torch.stack(zeros).mean().item(), rel=1e-5)
+    assert d["1/grad_norm"] == pytest.approx(torch.stack(norms).mean().item(), rel=1e-4)
+    m.eval()
+    with torch.no_grad():
+        m(xs[0])  # eval forwards are not counted
+    assert w.as_dict(reset=True)["1/act_mean"] == pytest.approx(d["1/act_mean"])
+    assert w.as_dict() == {}
+    w.remove()
+    assert _no_hooks(m)
+
+
+def test_watch_measures_the_drop_fraction_next_to_the_scheduled_p():
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()).train()
+    h = pd.attach(m, "0", pd.DropBlock(pd.linear(0.0, 0.3, steps=2), 3))
+    h.step(2)
+    with pd.watch(m, "0") as w:
+        for _ in range(20):
+            m(torch.randn(16, 3, 14, 14))
+        d = w.as_dict()
+        assert d["0/p"] == pytest.approx(0.3)
+        assert abs(d["0/drop_frac"] - 0.3) < 0.02
+        assert "drop_frac" in w.table() and "0.3" in w.table()
+        assert len(pd.summary(m)) == 3  # the transform and the two watch hooks
+    assert len(pd.summary(m)) == 1
+
+
+def test_gradcam_matches_a_manual_computation_in_eval_mode():
+    m = _net().eval()
+    x = torch.randn(3, 3, 8, 8)
+    for p in m.parameters():
+        p.grad = None
+    cam = pd.gradcam(m, x, "2")
+    assert all(p.grad is None for p in m.parameters())  # .grad untouched
+    # by hand
+    act = m[2](m[1](m[0](x)))
+    logits = m[5](m[4](m[3](act)))
+    cls = logits.argmax(1)
+    (g,) = torch.autograd.grad(logits.gather(1, cls.view(-1, 1)).sum(), act)
+    manual = F.relu((g.mean((2, 3), keepdim=True) * act).sum(1))
+    manual = (manual - manual.flatten(1).min(1).values.view(-1, 1, 1))
+    manual = manual / manual.flatten(1).max(1).values.view(-1, 1, 1).clamp(min=1e-12)
+    assert cam.shape == (3, 8, 8) and cam.min() >= 0 and cam.max() <= 1
+    assert torch.allclose(cam, manual.detach(), atol=1e-5)
+    other = pd.gradcam(m, x, "2", target=(cls + 1) % 3)
+    assert not torch.allclose(other, cam)
+    assert _no_hooks(m)
+    with pytest.raises(ValueError, match="needs one layer"):
+        pd.gradcam(m, x, "*")
+
+
+def test_gradcam_on_timm_and_save_overlays(tmp_path):
+    timm = pytest.importorskip("timm")
+    model = timm.create_model("resnet18", pretrained=False, num_classes=4).eval()
+    x = torch.randn(2, 3, 64, 64)
+    cam = pd.gradcam(model, x, "layer4")
+    assert cam.shape == (2, 64, 64) and torch.isfinite(cam).all()
+    path = pd.save_gradcam(tmp_path / "cam.png", x, cam, titles=["a", "b"])
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32,
+                            num_classes=4).eval()
+    cam = pd.gradcam(vit, torch.randn(2, 3, 32, 32), "blocks.11", layout="tokens")
+    assert cam.shape == (2, 32, 32)
+
+
+def test_detach_removes_observers_too():
+    m = _net()
+    w = pd.watch(m, "0")
+    assert pd.detach(m) == 1 and _no_hooks(m)
+    w.remove()
