@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "seeds": [0],
     "device": "auto",         # auto | cpu | cuda | cuda:N
     "out": "runs/ablation",
+    "watch": "auto",          # layers whose statistics are recorded per epoch (auto: attached)
+    "gradcam": "auto",        # {layer, images} for Grad-CAM overlays per variant, or false
     "variants": None,         # required
 }
 SPEC_KEYS = ("layers", "transform", "exclude", "where", "element")
@@ -153,6 +155,17 @@ class AblationConfig:
         return {"model": self.model, **{k: v for k, v in self.options.items()},
                 "variants": {k: [s.describe() for s in v] for k, v in self.variants.items()}}
 
+    def attached_layers(self) -> list:
+        """The selectors of every forward-transform attachment of every variant."""
+        out = []
+        for specs in self.variants.values():
+            for s in specs:
+                if TRANSFORMS[s.transform].kind == "forward" and s.where == "output":
+                    for sel in (s.layers if isinstance(s.layers, list) else [s.layers]):
+                        if sel not in out:
+                            out.append(sel)
+        return out
+
     @property
     def baseline(self) -> str:
         """The reference variant: ``baseline`` if present, else the first empty one, else the
@@ -261,6 +274,17 @@ def _check_option(key: str, value: Any, loc: Loc) -> Any:
         need(isinstance(value, str) and value != "", "a non-empty string")
     elif key == "model_kwargs":
         need(isinstance(value, dict), "a mapping")
+    elif key == "watch":
+        need(value is False or isinstance(value, (str, list)), "'auto', false, or a selector")
+    elif key == "gradcam":
+        if isinstance(value, str) and value != "auto":
+            value = {"layer": value}
+        if isinstance(value, dict):
+            unknown = set(value) - {"layer", "images"}
+            need(not unknown and isinstance(value.get("layer", ""), str)
+                 and isinstance(value.get("images", 8), int), "{layer: NAME, images: N}")
+        else:
+            need(value in ("auto", False), "'auto', false, a layer name or {layer, images}")
     return _plain(value)
 
 

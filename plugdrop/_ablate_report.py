@@ -127,4 +127,38 @@ def plot(out: Path, records: list[EpochRecord], summary: list[dict[str, Any]],
     paths.append(out / "final_acc.png")
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
+
+    # Measured drop fraction against the scheduled value, per variant and layer (means over
+    # seeds): is each regularizer really active, and as much as asked?
+    series: dict[tuple[str, str], dict[int, list[tuple[float, float]]]] = {}
+    for r in records:
+        for key, value in r.watch.items():
+            if key.endswith("/drop_frac"):
+                layer = key[: -len("/drop_frac")]
+                p = next((v for k, v in r.watch.items() if k.startswith(layer + "/")
+                          and k.rsplit("/", 1)[1] in ("p", "std")), math.nan)
+                series.setdefault((r.variant, layer), {}).setdefault(r.epoch, []).append(
+                    (value, p))
+    if series:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for i, ((variant, layer), by_epoch) in enumerate(sorted(series.items())):
+            epochs = sorted(by_epoch)
+            measured = [statistics.fmean(v for v, _ in by_epoch[e]) for e in epochs]
+            scheduled = [statistics.fmean(p for _, p in by_epoch[e]) for e in epochs]
+            ax.plot(epochs, measured, marker="o", ms=3, color=f"C{i}",
+                    label=f"{variant} {layer}: measured")
+            ax.plot(epochs, scheduled, ls="--", color=f"C{i}", alpha=0.7,
+                    label=f"{variant} {layer}: scheduled (end of epoch)")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("fraction dropped")
+        ax.set_title("Measured drop fraction (epoch mean) vs schedule")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(out / "drop_frac.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
     return paths

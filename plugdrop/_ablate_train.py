@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import _attach
+from . import _attach, observe
 from ._ablate_config import AblationConfig, ConfigError, TransformSpec
 from ._ablate_data import Dataset
 
@@ -136,6 +136,7 @@ class EpochRecord:
     epoch_time: float
     lr: float
     values: dict[str, float]
+    watch: dict[str, float]
 
 
 def _evaluate(model: nn.Module, data: Dataset, batch_size: int, d: Dist,
@@ -162,7 +163,8 @@ def _evaluate(model: nn.Module, data: Dataset, batch_size: int, d: Dist,
 
 
 def train_run(cfg: AblationConfig, variant: str, seed: int, data: Dataset, d: Dist,
-              progress: Callable[..., Any] | None = None) -> list[EpochRecord]:
+              progress: Callable[..., Any] | None = None, out_dir: Any = None
+              ) -> list[EpochRecord]:
     """Train one variant with one seed; returns one record per epoch (on every rank)."""
     specs: list[TransformSpec] = cfg.variants[variant]
     torch.manual_seed(seed)
@@ -188,6 +190,8 @@ def train_run(cfg: AblationConfig, variant: str, seed: int, data: Dataset, d: Di
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     for h in handles:
         h.bind(opt)
+    watched = watch_selector(cfg)
+    monitor = observe.watch(model, watched) if watched else None
     torch.manual_seed(seed * 1000 + d.rank)  # masks: per rank
     gen = torch.Generator().manual_seed(seed)  # batch order: the same on every rank
     records = []
@@ -218,13 +222,66 @@ def train_run(cfg: AblationConfig, variant: str, seed: int, data: Dataset, d: Di
         elapsed = time.perf_counter() - start
         values = {f"{s.transform}@{s.layers}:{k}": v for s, h in zip(specs, handles)
                   for k, v in h.transform.values().items()}
+        stats = monitor.as_dict(reset=True) if monitor is not None else {}
         records.append(EpochRecord(variant, seed, epoch, train_loss, val_loss, val_acc, elapsed,
-                                   sched.get_last_lr()[0], values))
+                                   sched.get_last_lr()[0], values, stats))
         if progress is not None:
             progress("epoch", epoch, cfg.epochs, records[-1])
+    if monitor is not None:
+        monitor.remove()
+    if d.main and out_dir is not None and seed == cfg.seeds[0]:
+        _gradcam_overlays(cfg, model, data, variant, out_dir, d)
     for h in handles:
         h.remove()
     return records
+
+
+def watch_selector(cfg: AblationConfig) -> Any:
+    """The layers watched per epoch: the config's ``watch``, or (auto) every layer any variant
+    attaches a forward transform to, so all variants report the same layers."""
+    if cfg.watch is False:
+        return None
+    if cfg.watch == "auto":
+        return cfg.attached_layers() or None
+    return cfg.watch
+
+
+def gradcam_layer(cfg: AblationConfig, model: nn.Module) -> str | None:
+    """The layer of the Grad-CAM overlays: the config's, or (auto) the last module in
+    ``named_modules()`` order that any variant regularizes."""
+    if cfg.gradcam is False:
+        return None
+    if isinstance(cfg.gradcam, dict) and cfg.gradcam.get("layer"):
+        return cfg.gradcam["layer"]
+    layers = cfg.attached_layers()
+    if not layers:
+        return None
+    names = _attach.select(model, layers)
+    return names[-1] if names else None
+
+
+def _gradcam_overlays(cfg: AblationConfig, model: nn.Module, data: Dataset, variant: str,
+                      out_dir: Any, d: Dist) -> None:
+    from pathlib import Path
+
+    layer = gradcam_layer(cfg, model)
+    if layer is None:
+        return
+    n = cfg.gradcam.get("images", 8) if isinstance(cfg.gradcam, dict) else 8
+    x = data.x_val[:n].to(d.device)
+    y = data.y_val[:n]
+    model.eval()
+    try:
+        cam = observe.gradcam(model, x, layer)
+    except ValueError as e:  # e.g. a layer whose output is no feature map
+        print(f"plugdrop ablate: no Grad-CAM for {variant!r} at {layer!r}: {e}", file=sys.stderr)
+        return
+    with torch.no_grad():
+        pred = model(x).argmax(1).cpu()
+    titles = [f"{data.classes[int(t)]}->{data.classes[int(p)]}" for t, p in zip(y, pred)]
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    observe.save_gradcam(Path(out_dir) / f"gradcam_{variant}.png", x.cpu(), cam.cpu(),
+                         titles=titles)
 
 
 def versions() -> dict[str, str]:

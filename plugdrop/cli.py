@@ -161,7 +161,8 @@ def _ablate(args: argparse.Namespace) -> int:
     try:
         for variant, seed in runs:
             progress.start(variant, seed, cfg.epochs)
-            records += _ablate_train.train_run(cfg, variant, seed, data, d, progress)
+            records += _ablate_train.train_run(cfg, variant, seed, data, d, progress,
+                                               out_dir=cfg.out)
             progress.end()
     finally:
         progress.close()

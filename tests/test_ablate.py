@@ -130,8 +130,14 @@ def test_one_epoch_ablation_end_to_end(tmp_path, capsys):
     assert [s["variant"] for s in data["summary"]] == ["baseline", "dropblock", "ramp"]
     ramp = [r for r in data["records"] if r["variant"] == "ramp"][0]
     assert ramp["values"]["DropBlock@layer1.0:p"] == pytest.approx(0.2)  # ramp reached its end
-    for png in ("val_acc.png", "final_acc.png"):
+    for png in ("val_acc.png", "final_acc.png", "drop_frac.png", "gradcam_baseline.png",
+                "gradcam_dropblock.png", "gradcam_ramp.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # watched per epoch: the layers any variant regularizes, in every variant (comparable)
+    base = [r for r in data["records"] if r["variant"] == "baseline"][0]["watch"]
+    drop = [r for r in data["records"] if r["variant"] == "dropblock"][0]["watch"]
+    assert "layer1.0/act_std" in base and "layer1.0/drop_frac" not in base
+    assert abs(drop["layer1.0/drop_frac"] - 0.1) < 0.03 and drop["layer1.0/p"] == 0.1
 
 
 def test_image_folder_data(tmp_path, capsys):
