@@ -40,6 +40,8 @@ def table(data: dict) -> str:
             extra = ""
             if "fwd+bwd ratio" in info:
                 extra = f"; fwd+bwd {info['fwd+bwd ratio']:.2f}x vs x*mask fwd+bwd"
+            if "note" in info:
+                extra += f"; {info['note']}"
             speed.append(f"| {info['case']} | {meds[subject]:.2f} | {ratios}{extra} |")
         elif "bytes_per_element" in info:
             cells = ", ".join(f"{k}: {v:.3f}" for k, v in info["bytes_per_element"].items())

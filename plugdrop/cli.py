@@ -176,6 +176,7 @@ def _ablate(args: argparse.Namespace) -> int:
             {"name": data.name, "train": len(data.x_train), "val": len(data.x_val),
              "classes": data.classes, "world_size": d.world})
         plots = _ablate_report.plot(out, records, summary, variants)
+        plots += sorted(out.glob("gradcam_*.png"))
         print()
         print(_ablate_report.table(summary, cfg.baseline))
         print(f"\n{len(runs)} runs in {time.perf_counter() - start:.0f}s. Written: "
