@@ -8,7 +8,17 @@
 """
 
 from . import functional, observe, schedules
-from ._attach import Handle, Summary, SummaryRow, attach, detach, handles, select, summary
+from ._attach import (
+    Handle,
+    MixupHandle,
+    Summary,
+    SummaryRow,
+    attach,
+    detach,
+    handles,
+    select,
+    summary,
+)
 from .observe import Trace, Watch, capture, gradcam, save_gradcam, trace, watch
 from .schedules import Schedule, cosine, linear, piecewise, warmup
 from .transforms import (
@@ -22,6 +32,7 @@ from .transforms import (
     GaussianNoise,
     GradientTransform,
     GradNoise,
+    ManifoldMixup,
     ScaleGrad,
     Transform,
 )
@@ -35,6 +46,7 @@ __all__ = [
     "select",
     "summary",
     "Handle",
+    "MixupHandle",
     "Summary",
     "SummaryRow",
     "Transform",
@@ -45,6 +57,7 @@ __all__ = [
     "Dropout",
     "DropPath",
     "GaussianNoise",
+    "ManifoldMixup",
     "ClipGradValue",
     "ClipGradNorm",
     "ScaleGrad",

@@ -20,7 +20,7 @@ from . import transforms as T
 TRANSFORMS: dict[str, type[T.Transform]] = {
     cls.__name__: cls for cls in (T.DropBlock, T.Dropout2d, T.Dropout, T.DropPath,
                                   T.GaussianNoise, T.ClipGradValue, T.ClipGradNorm, T.ScaleGrad,
-                                  T.GradNoise)
+                                  T.GradNoise, T.ManifoldMixup)
 }
 SCHEDULES = ("linear", "cosine", "piecewise", "warmup")
 
@@ -160,7 +160,8 @@ class AblationConfig:
         out = []
         for specs in self.variants.values():
             for s in specs:
-                if TRANSFORMS[s.transform].kind == "forward" and s.where == "output":
+                if (TRANSFORMS[s.transform].kind == "forward" and s.where == "output"
+                        and s.transform != "ManifoldMixup"):
                     for sel in (s.layers if isinstance(s.layers, list) else [s.layers]):
                         if sel not in out:
                             out.append(sel)
@@ -320,6 +321,10 @@ def parse(raw: Any, source: str = "<config>", overrides: dict[str, Any] | None =
         if not isinstance(specs, list):
             raise _fail(loc, f"variant {name!r} must be a list of attachments ([] for none)")
         variants[str(name)] = [_parse_spec(s, getattr(s, "loc", loc)) for s in specs]
+        mixes = [s for s in variants[str(name)] if s.transform == "ManifoldMixup"]
+        if len(mixes) > 1:
+            raise _fail(mixes[1].loc, f"variant {name!r} has {len(mixes)} ManifoldMixup "
+                                      f"attachments; use one with a list of layers")
     for key, default in DEFAULTS.items():
         if key not in ("model", "variants"):
             options.setdefault(key, default)

@@ -190,6 +190,11 @@ def train_run(cfg: AblationConfig, variant: str, seed: int, data: Dataset, d: Di
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     for h in handles:
         h.bind(opt)
+    mixup = next((h for h in handles if isinstance(h, _attach.MixupHandle)), None)
+
+    def criterion(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, target, label_smoothing=cfg.label_smoothing)
+
     watched = watch_selector(cfg)
     monitor = observe.watch(model, watched) if watched else None
     torch.manual_seed(seed * 1000 + d.rank)  # masks: per rank
@@ -203,7 +208,11 @@ def train_run(cfg: AblationConfig, variant: str, seed: int, data: Dataset, d: Di
         for i, b in enumerate(_batches(len(data.x_train), cfg.batch_size, gen, d)):
             x = data.x_train[b].to(d.device)
             y = data.y_train[b].to(d.device)
-            loss = F.cross_entropy(net(x), y, label_smoothing=cfg.label_smoothing)
+            logits = net(x)
+            if mixup is not None:
+                loss = mixup.loss(criterion, logits, y)
+            else:
+                loss = criterion(logits, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

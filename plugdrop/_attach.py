@@ -18,9 +18,10 @@ from torch.utils.hooks import RemovableHandle
 
 from . import _selection
 from ._selection import Selector
-from .transforms import GradientTransform, Transform
+from .transforms import GradientTransform, ManifoldMixup, Transform
 
-__all__ = ["attach", "detach", "handles", "select", "summary", "Handle", "Summary"]
+__all__ = ["attach", "detach", "handles", "select", "summary", "Handle", "MixupHandle",
+           "Summary"]
 
 _WHERE = ("output", "input", "params")
 
@@ -105,7 +106,7 @@ class _Hook:
 
     def _forward(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         try:
-            return self.transform(x)
+            return self.transform.at(self.name, x)
         except (ValueError, TypeError) as e:
             raise type(e)(f"{self._context(module)}: {e}") from None
 
@@ -361,6 +362,20 @@ class _ParamsHook(_Hook):
         return None
 
 
+class _BeginHook(_Hook):
+    """Forward pre-hook on the model's root for transforms that decide once per forward
+    (ManifoldMixup picks its layer there)."""
+
+    where = "begin"
+
+    def __call__(self, module: nn.Module, args: tuple) -> None:
+        if module.training:
+            self.transform.begin()
+        else:
+            self.transform.last = None
+        return None
+
+
 def _iter_hooks(module: nn.Module):
     """(dict, key, hook) for every plugdrop hook registered on ``module``."""
     for d in (module._forward_pre_hooks, module._forward_hooks):
@@ -510,6 +525,39 @@ class Handle:
                 f"{len(self.layers)} layer(s): [{layers}], step={self.step_count})")
 
 
+class MixupHandle(Handle):
+    """The handle of a :class:`ManifoldMixup` attachment: what the last forward mixed, and the
+    matching loss."""
+
+    @property
+    def lam(self) -> float | None:
+        """The mixing weight of the last training forward (``None`` if it did not mix)."""
+        last = self.transform.last
+        return None if last is None else last["lam"]
+
+    @property
+    def index(self) -> torch.Tensor | None:
+        """The batch permutation of the last forward (``None`` if it did not mix)."""
+        last = self.transform.last
+        return None if last is None else last["index"]
+
+    @property
+    def layer(self) -> str | None:
+        """The layer that mixed in the last forward (``""``: the input; ``None``: none)."""
+        last = self.transform.last
+        return None if last is None else last["layer"]
+
+    def loss(self, criterion: Any, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``lam * criterion(logits, target) + (1 - lam) * criterion(logits, target[index])``
+        for the last forward, or ``criterion(logits, target)`` if it did not mix. ``target``
+        may be class indices or soft targets (probabilities), whatever ``criterion`` takes."""
+        last = self.transform.last
+        if last is None:
+            return criterion(logits, target)
+        lam, index = last["lam"], last["index"].to(target.device)
+        return lam * criterion(logits, target) + (1.0 - lam) * criterion(logits, target[index])
+
+
 # -------------------------------------------------------------------------------- public
 
 
@@ -621,11 +669,24 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
                 )
             param_sets.append(owned)
 
+    mixing = isinstance(transform, ManifoldMixup)
+    if mixing and where != "output":
+        raise ValueError("ManifoldMixup mixes layer outputs (and the model input when the root "
+                         "'' is selected): leave where='output'")
     hooks: list[tuple[nn.Module, _Hook]] = []
     try:
+        if mixing:
+            transform.layers = [n for n, _ in selected]
+            root = _selection.walk(model)[0].module
+            begin = _BeginHook(transform, "", None)
+            root.register_forward_pre_hook(begin, prepend=True)
+            hooks.append((root, begin))
         for i, (name, module) in enumerate(selected):
             transform._prepare(_module_device(module))
-            if where == "output":
+            if mixing and name == "":  # the root: mix the model's input
+                hook = _InputHook(transform, name, element)
+                module.register_forward_pre_hook(hook, with_kwargs=True)
+            elif where == "output":
                 hook: _Hook = _OutputHook(transform, name, element)
                 module.register_forward_hook(hook)
             elif where == "input":
@@ -644,7 +705,8 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
         raise
     transform._attached = True
     _invalidate_compiled()
-    return Handle(transform, where, [n for n, _ in selected], hooks)
+    cls = MixupHandle if mixing else Handle
+    return cls(transform, where, [n for n, _ in selected], hooks)
 
 
 def detach(model: nn.Module) -> int:
@@ -718,6 +780,8 @@ def summary(model: nn.Module) -> Summary:
     out = Summary()
     for entry in _selection.walk(model):
         for _, _, hook in _iter_hooks(entry.module):
+            if hook.where == "begin":
+                continue
             t = hook.transform
             out.append(SummaryRow(entry.name, repr(t), hook.where, t.values(), t.step_count))
     return out

@@ -30,6 +30,8 @@ __all__ = [
     "clip_grad_norm",
     "scale_grad",
     "grad_noise",
+    "mixup",
+    "cutmix",
 ]
 
 Number = float | torch.Tensor
@@ -302,3 +304,42 @@ def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
     if _is_zero(std):
         return g
     return g + torch.randn_like(g) * (std.to(g.dtype) if isinstance(std, torch.Tensor) else std)
+
+
+# ----------------------------------------------------------------------------- mixing
+
+
+def mixup(x: torch.Tensor, lam: float, index: torch.Tensor) -> torch.Tensor:
+    """``lam * x + (1 - lam) * x[index]``: mix each sample with the one ``index`` names."""
+    _checks.tensor("x", x)
+    lam = _checks.real("lam", lam)
+    return x * lam + x[index] * (1.0 - lam)
+
+
+def cutmix(x: torch.Tensor, lam: float, index: torch.Tensor, *,
+           layout: str | None = None) -> tuple[torch.Tensor, float]:
+    """Replace a random box of each feature map with the same box of ``x[index]``.
+
+    The box covers about ``1 - lam`` of the map (side ``size * (1 - lam) ** (1 / dims)``,
+    centred uniformly, clipped to the map); returns the mixed tensor and the exact kept
+    fraction, the ``lam`` to mix targets with. ``x``: ``(B, C, *spatial)``, or
+    ``(B, *spatial, C)`` with ``layout="channels_last"``.
+    """
+    _checks.tensor("x", x)
+    lam = _checks.real("lam", lam)
+    _layout.check_layout(layout)
+    view, _, restore = _layout.to_channels_first(x, layout or "channels_first", (1, 2, 3),
+                                                  "cutmix")
+    sizes = view.shape[2:]
+    ratio = max(0.0, 1.0 - lam) ** (1.0 / len(sizes))
+    keep = torch.ones(tuple(sizes), dtype=torch.bool, device=x.device)
+    box = []
+    for s in sizes:
+        cut = int(round(s * ratio))
+        centre = int(torch.randint(s, ()))
+        lo, hi = max(centre - cut // 2, 0), min(centre + (cut - cut // 2), s)
+        box.append(slice(lo, hi))
+    keep[tuple(box)] = False
+    kept = float(keep.sum()) / keep.numel()
+    mixed = torch.where(keep, view, view[index])
+    return restore(mixed), kept
