@@ -39,11 +39,11 @@ def test_saved_memory(benchmark, name):
     timm = _timm()
     for k, f in timm_fns.items():
         if timm is not None:
-            per_elem[k] = saved_bytes(lambda: f(timm, x)) / n
+            per_elem[k] = saved_bytes(lambda f=f: f(timm, x)) / n
     ops = _torchvision_ops()
     for k, f in tv_fns.items():
         if ops is not None:
-            per_elem[k] = saved_bytes(lambda: f(ops, x)) / n
+            per_elem[k] = saved_bytes(lambda f=f: f(ops, x)) / n
     per_elem["F.dropout (reference)"] = saved_bytes(
         lambda: nn.functional.dropout(x, P, training=True)) / n
     benchmark.extra_info["case"] = f"saved bytes/element: {name} {SHAPE}"

@@ -67,19 +67,19 @@ def _fail(loc: Loc | None, msg: str) -> ConfigError:
     return ConfigError(f"{loc}: {msg}" if loc else msg)
 
 
-def _to_python(node: yaml.Node, file: str, locs: dict[int, Loc]) -> Any:
+def _to_python(node: yaml.Node, file: str) -> Any:
     """Convert a composed YAML node to Python values, remembering each value's location."""
     loc = Loc(file, node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         keys: dict = {}
         for k, v in node.value:
-            key = _to_python(k, file, locs)
-            out[key] = _to_python(v, file, locs)
+            key = _to_python(k, file)
+            out[key] = _to_python(v, file)
             keys[key] = Loc(file, k.start_mark.line + 1, k.start_mark.column + 1)
         value: Any = _LocDict(out, loc, keys)
     elif isinstance(node, yaml.SequenceNode):
-        value = _LocList([_to_python(v, file, locs) for v in node.value], loc)
+        value = _LocList([_to_python(v, file) for v in node.value], loc)
     else:
         value = yaml.SafeLoader("").construct_object(node, deep=True)
     return value
@@ -345,4 +345,4 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None) -> AblationC
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if node is None:
         raise ConfigError(f"{path}: the config is empty")
-    return parse(_to_python(node, str(path), {}), str(path), overrides)
+    return parse(_to_python(node, str(path)), str(path), overrides)

@@ -84,7 +84,8 @@ def _build() -> ctypes.CDLL | None:
                                       capture_output=True, text=True)
             if proc.returncode != 0:
                 warnings.warn("plugdrop: building the fused DropBlock kernel failed; using "
-                              "the torch-op path.\n" + proc.stderr[-2000:], RuntimeWarning)
+                              "the torch-op path.\n" + proc.stderr[-2000:], RuntimeWarning,
+                              stacklevel=2)
                 return None
             os.replace(out, target)  # atomic: concurrent builders do not clash
     lib = ctypes.CDLL(str(target))
@@ -107,7 +108,7 @@ def library() -> ctypes.CDLL | None:
                     _lib = _build()
                 except Exception as e:  # a broken toolchain must never break training
                     warnings.warn(f"plugdrop: fused DropBlock kernel unavailable ({e}); using "
-                                  f"the torch-op path.", RuntimeWarning)
+                                  f"the torch-op path.", RuntimeWarning, stacklevel=2)
                     _lib = None
                 _tried = True
     return _lib

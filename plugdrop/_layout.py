@@ -78,10 +78,10 @@ Restore = Callable[[torch.Tensor], torch.Tensor]
 
 def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...],
                       what: str, prefix: int | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor | None, Restore]:
+                      ) -> tuple[torch.Tensor, Restore]:
     """View ``x`` as channels-first ``(B, C, *spatial)``.
 
-    Returns ``(view, prefix_part, restore)``: apply the transform to ``view`` and pass the result
+    Returns ``(view, restore)``: apply the transform to ``view`` and pass the result
     to ``restore`` to get a tensor in ``x``'s layout. ``ranks`` are the allowed spatial ranks.
     ``layout=None`` is channels-first with a check that the shape does not look like another
     layout. Raises ``ValueError`` naming the shape and the fix.
@@ -105,7 +105,7 @@ def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...
             y = y.movedim(1, -1).reshape(b, side * side, c)
             return torch.cat([head, y], dim=1) if k else y
 
-        return grid, head, restore_tokens
+        return grid, restore_tokens
 
     spatial = nd - 2
     if spatial not in ranks:
@@ -125,8 +125,8 @@ def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...
         if hint is not None:
             raise ValueError(f"{what} got shape {tuple(x.shape)}: {hint}")
     if layout == "channels_last":
-        return x.movedim(-1, 1), None, _from_channels_first
-    return x, None, _identity
+        return x.movedim(-1, 1), _from_channels_first
+    return x, _identity
 
 
 def _identity(y: torch.Tensor) -> torch.Tensor:

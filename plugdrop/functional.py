@@ -99,7 +99,7 @@ def drop_block(
         raise ValueError(f"rescale must be one of {_RESCALE}, got {rescale!r}")
     _layout.check_layout(layout)
     _layout.check_prefix(prefix_tokens)
-    view, _, restore = _layout.to_channels_first(x, layout, (1, 2, 3), "drop_block",
+    view, restore = _layout.to_channels_first(x, layout, (1, 2, 3), "drop_block",
                                                   prefix_tokens)
     if not training or _is_zero(p):
         return x
@@ -200,7 +200,7 @@ def dropout2d(
     p = _checks.tensor_or("p", p, _checks.probability)
     _layout.check_layout(layout)
     _layout.check_prefix(prefix_tokens)
-    view, _, restore = _layout.to_channels_first(x, layout, (0, 1, 2, 3), "dropout2d",
+    view, restore = _layout.to_channels_first(x, layout, (0, 1, 2, 3), "dropout2d",
                                                   prefix_tokens)
     if not training or _is_zero(p):
         return x
@@ -328,7 +328,7 @@ def cutmix(x: torch.Tensor, lam: float, index: torch.Tensor, *,
     _checks.tensor("x", x)
     lam = _checks.real("lam", lam)
     _layout.check_layout(layout)
-    view, _, restore = _layout.to_channels_first(x, layout or "channels_first", (1, 2, 3),
+    view, restore = _layout.to_channels_first(x, layout or "channels_first", (1, 2, 3),
                                                   "cutmix")
     sizes = view.shape[2:]
     ratio = max(0.0, 1.0 - lam) ** (1.0 / len(sizes))

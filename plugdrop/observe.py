@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -368,8 +368,8 @@ def gradcam(model: nn.Module, x: torch.Tensor, layer: str, target: Any = None, *
             (grad,) = torch.autograd.grad(score, act)
     finally:
         handle.remove()
-    a, _, _ = _layout.to_channels_first(act.detach(), layout, (2,), "gradcam", prefix_tokens)
-    g, _, _ = _layout.to_channels_first(grad, layout, (2,), "gradcam", prefix_tokens)
+    a, _ = _layout.to_channels_first(act.detach(), layout, (2,), "gradcam", prefix_tokens)
+    g, _ = _layout.to_channels_first(grad, layout, (2,), "gradcam", prefix_tokens)
     weights = g.mean(dim=(2, 3), keepdim=True)
     cam = F.relu((weights * a).sum(1, keepdim=True))
     cam = F.interpolate(cam.float(), size=x.shape[-2:], mode="bilinear", align_corners=False)

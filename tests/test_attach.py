@@ -99,7 +99,6 @@ def test_same_transform_object_cannot_be_attached_twice(net):
 
 def test_shared_module_gets_the_transform_at_each_call():
     shared = nn.Identity()
-    calls = []
 
     class Twice(nn.Module):
         def __init__(self):

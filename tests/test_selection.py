@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 import plugdrop as pd
-from conftest import Block, Net
+from conftest import Block
 
 
 def test_star_matches_one_segment(net):
