@@ -19,7 +19,18 @@ from ._attach import (
     select,
     summary,
 )
-from .observe import Trace, Watch, capture, gradcam, save_gradcam, trace, watch
+from .observe import (
+    LayerRow,
+    LayerTable,
+    Trace,
+    Watch,
+    capture,
+    gradcam,
+    layers,
+    save_gradcam,
+    trace,
+    watch,
+)
 from .schedules import Schedule, cosine, linear, piecewise, warmup
 from .transforms import (
     ClipGradNorm,
@@ -72,6 +83,9 @@ __all__ = [
     "watch",
     "gradcam",
     "save_gradcam",
+    "layers",
+    "LayerTable",
+    "LayerRow",
     "Trace",
     "Watch",
     "functional",

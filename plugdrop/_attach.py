@@ -798,7 +798,7 @@ class _ShapeHook:
         self.store[self.name] = _describe(output)
 
 
-def output_shapes(model: nn.Module, *inputs: Any) -> dict[str, str]:
+def output_shapes(model: nn.Module, *inputs: Any, **kwargs: Any) -> dict[str, str]:
     """Run one forward of ``model`` in eval mode without gradients and return, for every
     module (canonical name), a description of its output (``Tensor(1, 64, 16, 16)``, tuples
     and dicts spelled out). Modules not called in that forward are absent. No hook is left."""
@@ -812,7 +812,7 @@ def output_shapes(model: nn.Module, *inputs: Any) -> dict[str, str]:
         model.eval()
         try:
             with torch.no_grad():
-                model(*inputs)
+                model(*inputs, **kwargs)
         finally:
             model.train(was_training)
     finally:

@@ -339,6 +339,7 @@ def _fsdp_worker(rank, world, init, out):
                       model[0].bias.grad.full_tensor().norm().item(),
                       model[2].weight.grad.full_tensor().norm().item()])
     torch.save(norms, f"{out}.{rank}")
+    dist.barrier()  # neither rank tears gloo down while the other still talks to it
     dist.destroy_process_group()
 
 

@@ -160,3 +160,23 @@ def test_detach_removes_observers_too():
     w = pd.watch(m, "0")
     assert pd.detach(m) == 1 and _no_hooks(m)
     w.remove()
+
+
+def test_layers_lists_the_tree_with_outputs_and_marks_the_selection():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Sequential(nn.ReLU(), nn.Identity()),
+                          nn.Flatten(), nn.Linear(4 * 8 * 8, 2))
+    model.train()
+    table = pd.layers(model, torch.zeros(1, 3, 8, 8), selector="1.*")
+    assert model.training and not pd.summary(model)        # mode restored, nothing left
+    assert [r.name for r in table] == ["", "0", "1", "1.0", "1.1", "2", "3"]
+    assert [r.name for r in table if r.picked] == ["1.0", "1.1"]
+    assert table[1].output == "Tensor(1, 4, 8, 8)" and table[1].depth == 1
+    assert table[3].depth == 2 and all(r.called for r in table)
+    text = str(table)
+    assert "* " in text and "Tensor(1, 2)" in text
+    assert [r.name for r in pd.layers(model, torch.zeros(1, 3, 8, 8), max_depth=1)] == \
+        ["", "0", "1", "2", "3"]
+    with pytest.raises(ValueError, match="max_depth"):
+        pd.layers(model, torch.zeros(1, 3, 8, 8), max_depth=-1)
+    with pytest.raises(ValueError):
+        pd.layers(model, torch.zeros(1, 3, 8, 8), selector="nope")
