@@ -1,0 +1,66 @@
+"""Per-call overhead of an attached transform: a tiny tensor, where the fixed cost of the hook
+and the transform's Python path is all there is to measure. Baselines, interleaved in the same
+process: the bare module, and the same module with a bare forward hook returning ``x * 1``.
+
+Ratios are plugdrop / baseline; the medians (microseconds) are in the record too, so a change
+of the attachment layer can be compared before and after on the same machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import plugdrop as pd
+from _harness import interleaved, record
+
+SHAPE = (2, 8, 6, 6)
+
+
+def _bare_hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    return output * 1
+
+
+CASES = {
+    "DropBlock": lambda: pd.DropBlock(0.1, block_size=3),
+    "DropBlock-shared": lambda: pd.DropBlock(0.1, block_size=3, shared_channels=True),
+    "Dropout2d": lambda: pd.Dropout2d(0.1),
+    "DropPath": lambda: pd.DropPath(0.1),
+    "Dropout": lambda: pd.Dropout(0.1),
+    "GaussianNoise": lambda: pd.GaussianNoise(0.1),
+    "DropBlock-scheduled": lambda: pd.DropBlock(pd.linear(0.0, 0.1, steps=100), block_size=3),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_per_call_overhead(benchmark, name):
+    x = torch.randn(SHAPE)
+    plain = nn.Identity().train()
+    hooked = nn.Identity().train()
+    hooked.register_forward_hook(_bare_hook)
+    attached = nn.Identity().train()
+    pd.attach(attached, "", CASES[name]()).step(50)  # mid-ramp for the scheduled case
+    with torch.no_grad():
+        fns = {"plugdrop": lambda: attached(x), "bare hook": lambda: hooked(x),
+               "module": lambda: plain(x)}
+        medians = interleaved(fns, budget_s=1.5, max_rounds=2000, min_rounds=100)
+    record(benchmark, f"per-call {name} {SHAPE}", medians)
+    benchmark.pedantic(lambda: attached(x), rounds=1, iterations=1)
+
+
+def test_per_call_gradient_transform(benchmark):
+    x = torch.randn(SHAPE, requires_grad=True)
+    hooked = nn.Identity().train()
+    hooked.register_forward_hook(_bare_hook)
+    attached = nn.Identity().train()
+    pd.attach(attached, "", pd.ClipGradNorm(1.0))
+    g = torch.ones(SHAPE)
+
+    def run(m: nn.Module):
+        return lambda: m(x).backward(g)
+
+    medians = interleaved({"plugdrop": run(attached), "bare hook": run(hooked)},
+                          budget_s=1.5, max_rounds=500, min_rounds=20)
+    record(benchmark, f"per-call ClipGradNorm fwd+bwd {SHAPE}", medians)
+    benchmark.pedantic(run(attached), rounds=1, iterations=1)
