@@ -5,9 +5,11 @@
     ...                                                block_size=7))
     >>> h.bind(optimizer)   # the schedule advances on every optimizer step
     >>> h.remove()          # the model is exactly as it was
+
+The public API is what ``__all__`` lists; modules whose names start with ``_`` are private.
 """
 
-from . import functional, observe, schedules
+from . import errors, functional, observe, schedules, transforms
 from ._attach import (
     Handle,
     MixupHandle,
@@ -19,6 +21,7 @@ from ._attach import (
     select,
     summary,
 )
+from .errors import AttachError, PlugdropError, SelectorError, SettingError, ShapeError
 from .observe import (
     LayerRow,
     LayerTable,
@@ -35,6 +38,7 @@ from .schedules import Schedule, cosine, linear, piecewise, warmup
 from .transforms import (
     ClipGradNorm,
     ClipGradValue,
+    CoordinatedTransform,
     DropBlock,
     Dropout,
     Dropout2d,
@@ -63,6 +67,7 @@ __all__ = [
     "Transform",
     "ForwardTransform",
     "GradientTransform",
+    "CoordinatedTransform",
     "DropBlock",
     "Dropout2d",
     "Dropout",
@@ -84,12 +89,19 @@ __all__ = [
     "gradcam",
     "save_gradcam",
     "layers",
-    "LayerTable",
-    "LayerRow",
     "Trace",
     "Watch",
+    "LayerTable",
+    "LayerRow",
+    "PlugdropError",
+    "SettingError",
+    "ShapeError",
+    "SelectorError",
+    "AttachError",
+    "errors",
     "functional",
     "observe",
     "schedules",
+    "transforms",
     "__version__",
 ]

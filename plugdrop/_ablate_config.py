@@ -160,7 +160,7 @@ class AblationConfig:
         out = []
         for specs in self.variants.values():
             for s in specs:
-                if (TRANSFORMS[s.transform].kind == "forward" and s.where == "output"
+                if (issubclass(TRANSFORMS[s.transform], T.ForwardTransform) and s.where == "output"
                         and s.transform != "ManifoldMixup"):
                     for sel in (s.layers if isinstance(s.layers, list) else [s.layers]):
                         if sel not in out:

@@ -1,7 +1,7 @@
 """Validation of user-given values. Private.
 
 Each check takes the setting's name and value and raises ``TypeError`` (wrong type) or
-``ValueError`` (bad value) with a message that names the setting, the value and the fix.
+``SettingError`` (a ``ValueError``: bad value) with a message that names the setting, the value and the fix.
 Checks are module-level functions so the objects that hold them pickle.
 """
 
@@ -11,6 +11,8 @@ import math
 import numbers
 
 import torch
+
+from .errors import SettingError
 
 
 def real(name: str, value: object) -> float:
@@ -22,7 +24,7 @@ def real(name: str, value: object) -> float:
 def probability(name: str, value: object) -> float:
     value = real(name, value)
     if not 0.0 <= value < 1.0:
-        raise ValueError(
+        raise SettingError(
             f"{name} must be a probability in [0, 1), got {value:g}; "
             f"p=1 would drop everything and leave nothing to rescale"
         )
@@ -32,21 +34,21 @@ def probability(name: str, value: object) -> float:
 def non_negative(name: str, value: object) -> float:
     value = real(name, value)
     if not (value >= 0.0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value:g}")
+        raise SettingError(f"{name} must be a finite number >= 0, got {value:g}")
     return value
 
 
 def positive(name: str, value: object) -> float:
     value = real(name, value)
     if not (value > 0.0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value:g}")
+        raise SettingError(f"{name} must be a finite number > 0, got {value:g}")
     return value
 
 
 def finite(name: str, value: object) -> float:
     value = real(name, value)
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value:g}")
+        raise SettingError(f"{name} must be finite, got {value:g}")
     return value
 
 
@@ -54,14 +56,14 @@ def block_size(value: object, spatial: int | None = None) -> tuple[int, ...] | i
     """An int >= 1, or a tuple of them (one per spatial dim)."""
     items = value if isinstance(value, (tuple, list)) else (value,)
     if not items:
-        raise ValueError("block_size must be an int >= 1 or a non-empty tuple of them")
+        raise SettingError("block_size must be an int >= 1 or a non-empty tuple of them")
     for v in items:
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise TypeError(
                 f"block_size must be an int >= 1 or a tuple of ints, got {value!r}"
             )
         if v < 1:
-            raise ValueError(f"block_size must be >= 1, got {value!r}")
+            raise SettingError(f"block_size must be >= 1, got {value!r}")
     if isinstance(value, (tuple, list)):
         return tuple(int(v) for v in value)
     return int(value)
@@ -71,7 +73,7 @@ def tensor_or(name: str, value: object, check) -> float | torch.Tensor:
     """A 0-dim tensor passes unchecked (reading it would synchronize); numbers are checked."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
-            raise ValueError(f"{name} must be a number or a 0-dim tensor, got shape "
+            raise SettingError(f"{name} must be a number or a 0-dim tensor, got shape "
                              f"{tuple(value.shape)}")
         return value
     return check(name, value)

@@ -16,12 +16,14 @@ from collections.abc import Callable
 
 import torch
 
+from .errors import SettingError, ShapeError
+
 LAYOUTS = ("channels_first", "channels_last", "tokens")
 
 
 def check_layout(layout: str | None) -> None:
     if layout is not None and layout not in LAYOUTS:
-        raise ValueError(
+        raise SettingError(
             f"layout must be one of {', '.join(repr(s) for s in LAYOUTS)}, got {layout!r}"
         )
 
@@ -32,7 +34,7 @@ def check_prefix(prefix: int | None) -> None:
     if isinstance(prefix, bool) or not isinstance(prefix, int):
         raise TypeError(f"prefix_tokens must be an int or None, got {type(prefix).__name__}")
     if prefix < 0:
-        raise ValueError(f"prefix_tokens must be >= 0, got {prefix}")
+        raise SettingError(f"prefix_tokens must be >= 0, got {prefix}")
 
 
 def _token_prefix(n: int, prefix: int | None) -> tuple[int, int]:
@@ -42,7 +44,7 @@ def _token_prefix(n: int, prefix: int | None) -> tuple[int, int]:
         return n - side * side, side
     side = math.isqrt(max(n - prefix, 0))
     if side * side != n - prefix or side == 0:
-        raise ValueError(
+        raise ShapeError(
             f"{n} tokens minus prefix_tokens={prefix} is not a square patch grid"
         )
     return prefix, side
@@ -84,20 +86,20 @@ def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...
     Returns ``(view, restore)``: apply the transform to ``view`` and pass the result
     to ``restore`` to get a tensor in ``x``'s layout. ``ranks`` are the allowed spatial ranks.
     ``layout=None`` is channels-first with a check that the shape does not look like another
-    layout. Raises ``ValueError`` naming the shape and the fix.
+    layout. Raises :class:`ShapeError` naming the shape and the fix.
     """
     nd = x.dim()
     if layout == "tokens":
         if nd != 3:
-            raise ValueError(
+            raise ShapeError(
                 f"{what} with layout='tokens' expects (B, N, C), got shape {tuple(x.shape)}"
             )
         b, n, c = x.shape
         k, side = _token_prefix(n, prefix)
         if side == 0:
-            raise ValueError(f"{what} got {n} tokens: no patch grid to act on")
+            raise ShapeError(f"{what} got {n} tokens: no patch grid to act on")
         if 2 not in ranks:
-            raise ValueError(f"{what} does not take layout='tokens'")
+            raise ShapeError(f"{what} does not take layout='tokens'")
         head = x[:, :k]
         grid = x[:, k:].reshape(b, side, side, c).movedim(-1, 1)
 
@@ -116,14 +118,14 @@ def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...
         hint = ""
         if nd == 2:
             hint = "; a (B, features) output has no spatial map: use Dropout or DropPath"
-        raise ValueError(
+        raise ShapeError(
             f"{what} expects {allowed} input (channels-first; or the same with "
             f"layout='channels_last'), got shape {tuple(x.shape)} of rank {nd}{hint}"
         )
     if layout is None:
         hint = _suspicious(x.shape)
         if hint is not None:
-            raise ValueError(f"{what} got shape {tuple(x.shape)}: {hint}")
+            raise ShapeError(f"{what} got shape {tuple(x.shape)}: {hint}")
     if layout == "channels_last":
         return x.movedim(-1, 1), _from_channels_first
     return x, _identity

@@ -14,15 +14,9 @@ from typing import Union
 
 import torch.nn as nn
 
-# Wrapper class name -> attribute holding the wrapped module.
-_WRAPPERS = {
-    "DistributedDataParallel": "module",
-    "DataParallel": "module",
-    "OptimizedModule": "_orig_mod",
-    "CheckpointWrapper": "_checkpoint_wrapped_module",
-    "OffloadWrapper": "_checkpoint_wrapped_module",
-    "FullyShardedDataParallel": "_fsdp_wrapped_module",
-}
+from ._compat import WRAPPERS
+from .errors import SelectorError
+
 
 Predicate = Callable[[str, nn.Module], bool]
 Selector = Union[str, type, tuple, Predicate, Sequence["Selector"]]
@@ -30,8 +24,8 @@ Selector = Union[str, type, tuple, Predicate, Sequence["Selector"]]
 
 def _wrapped_attr(module: nn.Module) -> str | None:
     for cls in type(module).__mro__:
-        attr = _WRAPPERS.get(cls.__name__)
-        if attr is not None and isinstance(module._modules.get(attr), nn.Module):
+        attr = WRAPPERS.get(cls.__name__)
+        if attr is not None and isinstance(getattr(module, attr, None), nn.Module):
             return attr
     return None
 
@@ -54,9 +48,7 @@ def walk(model: nn.Module) -> list[Entry]:
         memo.add(id(module))
         inner = _wrapped_attr(module)
         out.append(Entry(name, raw, module, inner is not None))
-        for child_name, child in module._modules.items():
-            if child is None:
-                continue
+        for child_name, child in module.named_children():
             child_raw = f"{raw}.{child_name}" if raw else child_name
             if child_name == inner:
                 child_canon = name
@@ -129,7 +121,7 @@ def _string_matcher(selector: str) -> Callable[[Entry], bool]:
         try:
             rx = re.compile(selector[3:])
         except re.error as e:
-            raise ValueError(f"selector {selector!r} is not a valid regular expression: {e}") \
+            raise SelectorError(f"selector {selector!r} is not a valid regular expression: {e}") \
                 from None
     else:
         rx = re.compile(glob_to_regex(selector))
@@ -171,7 +163,7 @@ def _describe(selector: Selector) -> str:
     return repr(selector)
 
 
-def _no_match(model: nn.Module, selector: Selector, entries: list[Entry]) -> ValueError:
+def _no_match(model: nn.Module, selector: Selector, entries: list[Entry]) -> SelectorError:
     all_names = [e.name for e in entries if not e.wrapper and e.name]
     msg = f"selector {_describe(selector)} matched no module of {type(model).__name__}."
     if isinstance(selector, str):
@@ -184,14 +176,14 @@ def _no_match(model: nn.Module, selector: Selector, entries: list[Entry]) -> Val
         msg += " Top-level modules: " + ", ".join(repr(t) for t in tops) + "."
     msg += (" Globs match dotted segments ('*' within one, '**' across any number); list all "
             "names with plugdrop.select(model, '**').")
-    return ValueError(msg)
+    return SelectorError(msg)
 
 
 def resolve(model: nn.Module, selector: Selector, exclude: Selector | None = None
             ) -> list[tuple[str, nn.Module]]:
     """``[(canonical name, module)]`` picked by ``selector`` minus ``exclude``.
 
-    In ``named_modules()`` order, without duplicates. Raises ``ValueError`` if a selector
+    In ``named_modules()`` order, without duplicates. Raises :class:`SelectorError` if a selector
     matches nothing (naming the closest names) and ``TypeError`` for a malformed selector.
     """
     if not isinstance(model, nn.Module):
@@ -200,7 +192,7 @@ def resolve(model: nn.Module, selector: Selector, exclude: Selector | None = Non
     candidates = [e for e in entries if not e.wrapper]
     parts = _flatten(selector)
     if not parts:
-        raise ValueError("selector is an empty list: name at least one layer")
+        raise SelectorError("selector is an empty list: name at least one layer")
     chosen: set[int] = set()
     for part in parts:
         match = _matcher(part, "selector")
@@ -215,7 +207,7 @@ def resolve(model: nn.Module, selector: Selector, exclude: Selector | None = Non
                 if id(e.module) in chosen and match(e):
                     chosen.discard(id(e.module))
         if not chosen:
-            raise ValueError(
+            raise SelectorError(
                 f"selector {_describe(selector)} matched only modules that exclude="
                 f"{_describe(exclude)} removes: nothing is left to attach to"
             )

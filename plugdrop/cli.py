@@ -21,7 +21,8 @@ __all__ = ["main"]
 
 
 def _layers(args: argparse.Namespace) -> int:
-    from . import _attach, _selection
+    import plugdrop as pd
+
     from ._ablate_config import ConfigError
     from ._ablate_train import create_model
 
@@ -31,32 +32,17 @@ def _layers(args: argparse.Namespace) -> int:
         print(f"plugdrop layers: {e}", file=sys.stderr)
         return 2
     c, h, w = args.input_size
-    shapes = _attach.output_shapes(model, torch.zeros(1, c, h, w))
-    picked: set[str] = set()
+    try:
+        table = pd.layers(model, torch.zeros(1, c, h, w), selector=args.match,
+                          max_depth=args.depth)
+    except ValueError as e:
+        print(f"plugdrop layers: {e}", file=sys.stderr)
+        return 2
+    title = f"{args.model}: {len(table)} modules, input (1, {c}, {h}, {w})"
     if args.match:
-        try:
-            picked = set(_attach.select(model, args.match))
-        except ValueError as e:
-            print(f"plugdrop layers: {e}", file=sys.stderr)
-            return 2
-    rows = []
-    for entry in _selection.walk(model):
-        if entry.wrapper:
-            continue
-        depth = 0 if entry.name == "" else entry.name.count(".") + 1
-        if args.depth is not None and depth > args.depth:
-            continue
-        label = entry.name or f"({args.model})"
-        rows.append(("*" if entry.name in picked else " ", "  " * depth + label,
-                     type(entry.module).__name__, shapes.get(entry.name, "(not called)")))
-    w1 = max(len(r[1]) for r in rows)
-    w2 = max(len(r[2]) for r in rows)
-    title = f"{args.model}: {len(rows)} modules, input (1, {c}, {h}, {w})"
-    if args.match:
-        title += f"; * = picked by {args.match!r} ({len(picked)})"
-    print(title)
-    for mark, name, kind, shape in rows:
-        print(f"{mark} {name.ljust(w1)}  {kind.ljust(w2)}  {shape}")
+        title += f"; * = picked by {args.match!r} ({sum(r.picked for r in table)})"
+    table.title = title
+    print(table)
     return 0
 
 

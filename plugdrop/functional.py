@@ -10,6 +10,10 @@ raises on a bad value; a tensor is used as it is (reading it on the host would s
 the device), which is what ``torch.compile`` needs to trace a changing value without recompiling.
 
 Randomness comes from torch's generators: ``torch.manual_seed`` reproduces every mask.
+
+Each public function checks its settings and calls a private twin (``_drop_block``...) that
+does not: the transforms check their settings once, at construction and at each schedule
+step, and call the twins from the hooks.
 """
 
 from __future__ import annotations
@@ -18,7 +22,11 @@ import math
 
 import torch
 
-from . import _checks, _kernels, _layout
+from . import _checks, _layout
+from ._device import PerDevice
+from ._kernels import autograd as KA
+from ._kernels import dense, draws, geometry
+from .errors import SettingError, ShapeError
 
 __all__ = [
     "drop_block",
@@ -88,25 +96,34 @@ def drop_block(
         A tensor like ``x``.
 
     Raises:
-        ValueError: ``p`` outside ``[0, 1)`` or NaN, ``block_size < 1``, an input rank or shape
-            that does not fit the layout.
+        SettingError: ``p`` outside ``[0, 1)`` or NaN, ``block_size < 1``.
+        ShapeError: an input rank or shape that does not fit the layout.
         TypeError: non-tensor ``x``, non-integer ``block_size``.
     """
     _checks.tensor("x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     blocks = _checks.block_size(block_size)
     if rescale not in _RESCALE:
-        raise ValueError(f"rescale must be one of {_RESCALE}, got {rescale!r}")
+        raise SettingError(f"rescale must be one of {_RESCALE}, got {rescale!r}")
     _layout.check_layout(layout)
     _layout.check_prefix(prefix_tokens)
+    if not training:
+        return x
+    return _drop_block(x, p, blocks, shared_channels, layout, prefix_tokens, rescale)
+
+
+def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
+                shared_channels: bool, layout: str | None, prefix_tokens: int | None,
+                rescale: str) -> torch.Tensor:
+    """:func:`drop_block` with checked settings (shapes are still checked)."""
     view, restore = _layout.to_channels_first(x, layout, (1, 2, 3), "drop_block",
                                                   prefix_tokens)
-    if not training or _is_zero(p):
+    if _is_zero(p):
         return x
     sizes = tuple(view.shape[2:])
     if isinstance(blocks, tuple):
         if len(blocks) != len(sizes):
-            raise ValueError(
+            raise ShapeError(
                 f"block_size {blocks} has {len(blocks)} entries but the input has "
                 f"{len(sizes)} spatial dims (shape {tuple(x.shape)})"
             )
@@ -119,57 +136,44 @@ def drop_block(
     channels = 1 if shared_channels else c
     if isinstance(p, torch.Tensor):
         return restore(_drop_block_traced(view, p, sizes, blocks, channels, rescale))
-    q = _kernels.solve_keep(float(p), sizes, blocks)
+    q = geometry.solve_keep(float(p), sizes, blocks)
     gamma = 1.0 - q
     if rescale == "expected":
-        scale = _kernels.scale_map(q, sizes, blocks, view.device, torch.float32)
+        scale = geometry.scale_map(q, sizes, blocks, view.device, torch.float32)
     else:
         scale = _ONE.get(view.device)
     valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
     n_seeds = b * channels * math.prod(valid)
-    if (rescale != "count" and _kernels.use_sparse(n_seeds, gamma, view.device)
-            and (channels == c or _kernels.fused_available())):
+    if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
+            and (channels == c or KA.fused_available())):
         # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
-        seeds = _kernels.sparse_seeds(n_seeds, gamma)
-        out = _kernels.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, channels,
+        seeds = draws.sparse_seeds(n_seeds, gamma)
+        out = KA.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, channels,
                                              valid, blocks)
         return restore(out)
-    keep = ~_kernels.block_dropped(b, channels, sizes, blocks, gamma, view.device)
+    keep = ~dense.block_dropped(b, channels, sizes, blocks, gamma, view.device)
     if rescale == "expected":
-        scale = _kernels.broadcast_scale(scale, tuple(keep.shape[2:]))
+        scale = geometry.broadcast_scale(scale, tuple(keep.shape[2:]))
     elif rescale == "count":
         # The paper's normalization over the whole tensor (a mask broadcast over channels or
         # whole axes has the same kept ratio).
         scale = float(keep.numel()) / keep.sum(dtype=torch.float32).clamp(min=1.0)
-    return restore(_kernels.MaskMul.apply(view, keep, scale))
+    return restore(KA.MaskMul.apply(view, keep, scale))
 
 
-class _Ones:
-    """A 0-dim float32 one per device (created outside inference mode)."""
-
-    def __init__(self) -> None:
-        self._t: dict[torch.device, torch.Tensor] = {}
-
-    def get(self, device: torch.device) -> torch.Tensor:
-        t = self._t.get(device)
-        if t is None:
-            with torch.inference_mode(False):
-                t = self._t[device] = torch.ones((), device=device)
-        return t
+_ONE = PerDevice(1.0)
 
 
-_ONE = _Ones()
-
-
-def _drop_block_traced(view, p, sizes, blocks, channels, rescale):
+def _drop_block_traced(view: torch.Tensor, p: torch.Tensor, sizes: tuple[int, ...],
+                       blocks: tuple[int, ...], channels: int, rescale: str) -> torch.Tensor:
     """DropBlock with a 0-dim tensor ``p``: plain tensor ops, no host reads (torch.compile)."""
-    q = _kernels.solve_keep_tensor(p, sizes, blocks).to(view.device)
+    q = geometry.solve_keep_tensor(p, sizes, blocks).to(view.device)
     gamma = (1.0 - q).to(torch.float32)
     q = q.to(torch.float32)
-    dropped = _kernels.block_dropped(view.shape[0], channels, sizes, blocks, gamma,
+    dropped = dense.block_dropped(view.shape[0], channels, sizes, blocks, gamma,
                                      view.device)
     if rescale == "expected":
-        mult = torch.where(dropped, 0.0, torch.pow(q, -_kernels.coverage_map(sizes, blocks,
+        mult = torch.where(dropped, 0.0, torch.pow(q, -geometry.coverage_map(sizes, blocks,
                                                                              view.device)))
     else:
         mult = (~dropped).to(torch.float32)
@@ -200,12 +204,17 @@ def dropout2d(
     p = _checks.tensor_or("p", p, _checks.probability)
     _layout.check_layout(layout)
     _layout.check_prefix(prefix_tokens)
+    return _dropout2d(x, p, layout, prefix_tokens) if training else x
+
+
+def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
+               prefix_tokens: int | None) -> torch.Tensor:
     view, restore = _layout.to_channels_first(x, layout, (0, 1, 2, 3), "dropout2d",
-                                                  prefix_tokens)
-    if not training or _is_zero(p):
+                                              prefix_tokens)
+    if _is_zero(p):
         return x
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
-    dropped = _kernels.bernoulli(shape, p, x.device)
+    dropped = draws.bernoulli(shape, p, x.device)
     mult = torch.where(dropped, 0.0, _keep_scale(p))
     return restore(view * mult.to(view.dtype))
 
@@ -215,14 +224,18 @@ def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tenso
     ``1 / (1 - p)``. Any shape."""
     _checks.tensor("x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
-    if not training or _is_zero(p):
+    return _dropout(x, p) if training else x
+
+
+def _dropout(x: torch.Tensor, p: Number) -> torch.Tensor:
+    if _is_zero(p):
         return x
     if isinstance(p, torch.Tensor):
         keep = torch.rand_like(x, dtype=torch.float32) >= p
         return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
-    keep = ~_kernels.bernoulli(tuple(x.shape), p, x.device)
+    keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
     scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
-    return _kernels.MaskMul.apply(x, keep, scale)
+    return KA.MaskMul.apply(x, keep, scale)
 
 
 def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
@@ -235,12 +248,16 @@ def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
     """
     _checks.tensor("x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
+    return _drop_path(x, p, scale_by_keep) if training else x
+
+
+def _drop_path(x: torch.Tensor, p: Number, scale_by_keep: bool) -> torch.Tensor:
     if x.dim() == 0:
-        raise ValueError("drop_path needs a batch dimension, got a 0-dim tensor")
-    if not training or _is_zero(p):
+        raise ShapeError("drop_path needs a batch dimension, got a 0-dim tensor")
+    if _is_zero(p):
         return x
     shape = (x.shape[0],) + (1,) * (x.dim() - 1)
-    dropped = _kernels.bernoulli(shape, p, x.device)
+    dropped = draws.bernoulli(shape, p, x.device)
     mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
     return x * mult.to(x.dtype)
 
@@ -253,7 +270,11 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
     """
     _checks.tensor("x", x)
     std = _checks.tensor_or("std", std, _checks.non_negative)
-    if not training or _is_zero(std):
+    return _gaussian_noise(x, std, multiplicative) if training else x
+
+
+def _gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch.Tensor:
+    if _is_zero(std):
         return x
     noise = torch.randn_like(x) * (std.to(x.dtype) if isinstance(std, torch.Tensor) else std)
     return x * (1.0 + noise) if multiplicative else x + noise
@@ -264,7 +285,10 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
 
 def clip_grad_value(g: torch.Tensor, clip: Number) -> torch.Tensor:
     """Clamp every gradient element to ``[-clip, clip]``."""
-    clip = _checks.tensor_or("clip", clip, _checks.positive)
+    return _clip_grad_value(g, _checks.tensor_or("clip", clip, _checks.positive))
+
+
+def _clip_grad_value(g: torch.Tensor, clip: Number) -> torch.Tensor:
     if isinstance(clip, torch.Tensor):
         clip = clip.to(g.dtype)
         return torch.minimum(torch.maximum(g, -clip), clip)
@@ -279,6 +303,11 @@ def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
     otherwise the whole tensor (for a parameter). Norms are accumulated in float32.
     """
     max_norm = _checks.tensor_or("max_norm", max_norm, _checks.positive)
+    return _clip_grad_norm(g, max_norm, norm_type, per_sample)
+
+
+def _clip_grad_norm(g: torch.Tensor, max_norm: Number, norm_type: float,
+                    per_sample: bool) -> torch.Tensor:
     if per_sample and g.dim() >= 2:
         dims = tuple(range(1, g.dim()))
         norms = torch.linalg.vector_norm(g, norm_type, dim=dims, keepdim=True,
@@ -292,7 +321,10 @@ def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
 def scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
     """Multiply the gradient by ``factor`` (negative reverses it, as in DANN's gradient
     reversal layer)."""
-    factor = _checks.tensor_or("factor", factor, _checks.finite)
+    return _scale_grad(g, _checks.tensor_or("factor", factor, _checks.finite))
+
+
+def _scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
     if isinstance(factor, torch.Tensor):
         return g * factor.to(g.dtype)
     return g * factor
@@ -300,7 +332,10 @@ def scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
 
 def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
     """Add ``std * N(0, 1)`` noise to the gradient."""
-    std = _checks.tensor_or("std", std, _checks.non_negative)
+    return _grad_noise(g, _checks.tensor_or("std", std, _checks.non_negative))
+
+
+def _grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
     if _is_zero(std):
         return g
     return g + torch.randn_like(g) * (std.to(g.dtype) if isinstance(std, torch.Tensor) else std)

@@ -380,10 +380,10 @@ def test_step_bind_and_state_dict(net):
 def test_value_tensor_updates_in_place(net):
     t = pd.Dropout(pd.linear(0.0, 0.5, steps=5))
     pd.attach(net, "fc", t).step(0)
-    tensor = t._settings["p"].tensor(torch.device("cpu"))
+    tensor = t._settings["p"].current.get(torch.device("cpu"))
     ptr = tensor.data_ptr()
     pd.summary(net)
-    t.set_step(5)
+    t._set_step(5)
     assert tensor.item() == pytest.approx(0.5) and tensor.data_ptr() == ptr
 
 

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import plugdrop as pd
-from plugdrop import _kernels
+from plugdrop._kernels import autograd as KA
+from plugdrop._kernels import draws, geometry
 from plugdrop.functional import drop_block
 from conftest import sigma_tol
 
@@ -16,13 +17,13 @@ from conftest import sigma_tol
 def kernel_path(request, monkeypatch):
     """Every test here runs on each kernel path: the sparse seeds with the fused C kernel, the
     sparse seeds with torch ops, and the dense draw (CUDA's and torch.compile's path)."""
-    from plugdrop import _cext
+    from plugdrop._kernels import cext
 
-    if request.param == "fused" and _cext.library() is None:
+    if request.param == "fused" and cext.library() is None:
         pytest.skip("no C compiler here")
-    monkeypatch.setattr(_kernels, "USE_CEXT", request.param == "fused")
+    monkeypatch.setattr(KA, "USE_CEXT", request.param == "fused")
     if request.param == "dense":
-        monkeypatch.setattr(_kernels, "SPARSE_MAX_GAMMA", -1.0)
+        monkeypatch.setattr(draws, "SPARSE_MAX_GAMMA", -1.0)
     return request.param
 
 
@@ -33,19 +34,19 @@ def _per_map_fraction(y: torch.Tensor) -> torch.Tensor:
 
 def _paper_fraction(p, sizes, blocks):
     """Expected dropped fraction with the paper's closed-form gamma (ignores overlaps)."""
-    gamma = _kernels._paper_gamma(p, sizes, blocks)
-    return 1.0 - sum(w * (1.0 - gamma) ** n for n, w in _kernels.coverage_histogram(sizes, blocks))
+    gamma = geometry.paper_gamma(p, sizes, blocks)
+    return 1.0 - sum(w * (1.0 - gamma) ** n for n, w in geometry.coverage_histogram(sizes, blocks))
 
 
 @pytest.mark.parametrize("p", [0.05, 0.1, 0.3, 0.7])
 @pytest.mark.parametrize("size,block", [(7, 7), (14, 7), (8, 3), (5, 9), (13, 4), (28, 1), (9, 2)])
 def test_solved_fraction_is_exactly_p(p, size, block):
     sizes, blocks = (size, size), (min(block, size),) * 2
-    q = _kernels.solve_keep(p, sizes, blocks)
-    frac = 1.0 - sum(w * q ** n for n, w in _kernels.coverage_histogram(sizes, blocks))
+    q = geometry.solve_keep(p, sizes, blocks)
+    frac = 1.0 - sum(w * q ** n for n, w in geometry.coverage_histogram(sizes, blocks))
     assert frac == pytest.approx(p, abs=1e-12)
     # The tensor solver used under torch.compile agrees with the host solver.
-    qt = _kernels.solve_keep_tensor(torch.tensor(p), sizes, blocks)
+    qt = geometry.solve_keep_tensor(torch.tensor(p), sizes, blocks)
     assert qt.item() == pytest.approx(q, abs=1e-6)  # p is float32 here
 
 

@@ -7,37 +7,38 @@ import pytest
 import torch
 
 import plugdrop as pd
-from plugdrop import _cext, _kernels
+from plugdrop._kernels import autograd as KA
+from plugdrop._kernels import cext, draws, geometry
 from plugdrop.functional import drop_block
 from conftest import sigma_tol
 
-needs_cext = pytest.mark.skipif(_cext.library() is None, reason="no C compiler here")
+needs_cext = pytest.mark.skipif(cext.library() is None, reason="no C compiler here")
 
 
 @pytest.fixture(params=["sparse", "dense"])
 def path(request, monkeypatch):
     if request.param == "dense":
-        monkeypatch.setattr(_kernels, "SPARSE_MAX_GAMMA", -1.0)
+        monkeypatch.setattr(draws, "SPARSE_MAX_GAMMA", -1.0)
     return request.param
 
 
 @pytest.fixture(params=["cext", "torch-ops"])
 def fused(request, monkeypatch):
-    if request.param == "cext" and _cext.library() is None:
+    if request.param == "cext" and cext.library() is None:
         pytest.skip("no C compiler here")
-    monkeypatch.setattr(_kernels, "USE_CEXT", request.param == "cext")
+    monkeypatch.setattr(KA, "USE_CEXT", request.param == "cext")
     return request.param
 
 
 def test_sparse_seeds_are_a_bernoulli_process():
     n, g = 200_000, 0.01
-    counts = torch.stack([torch.bincount(_kernels.sparse_seeds(n, g) // 1000, minlength=200)
+    counts = torch.stack([torch.bincount(draws.sparse_seeds(n, g) // 1000, minlength=200)
                           for _ in range(20)]).float().flatten()
     # Counts of successes in windows of 1000 are Binomial(1000, 0.01).
     mean, var = 1000 * g, 1000 * g * (1 - g)
     assert abs(counts.mean().item() - mean) < 5 * math.sqrt(var / counts.numel())
     assert abs(counts.var().item() / var - 1) < 0.1
-    s = _kernels.sparse_seeds(n, g)
+    s = draws.sparse_seeds(n, g)
     assert s.dtype == torch.int64 and (s[1:] > s[:-1]).all() and s.min() >= 0 and s.max() < n
 
 
@@ -55,7 +56,7 @@ def test_both_paths_hit_p(path, shape, block, shared):
 @pytest.mark.parametrize("fmt", [None, torch.channels_last])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, shared, monkeypatch):
-    if _cext.library() is None:
+    if cext.library() is None:
         pytest.skip("no C compiler here")
     x = torch.randn(48, 16, 14, 14, dtype=dtype)
     if fmt is not None:
@@ -64,10 +65,10 @@ def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, shared, monkeypatch)
     g = torch.randn(48, 16, 14, 14, dtype=dtype)
     outs = []
     for use in (True, False):
-        monkeypatch.setattr(_kernels, "USE_CEXT", use)
+        monkeypatch.setattr(KA, "USE_CEXT", use)
         # The torch-op path draws a shared mask densely when the fused kernel is off; force
         # the sparse draw there so both paths see the same seeds.
-        monkeypatch.setattr(_kernels, "fused_available", lambda: True)
+        monkeypatch.setattr(KA, "fused_available", lambda: True)
         torch.manual_seed(11)
         y = drop_block(x, 0.15, 5, shared_channels=shared)
         (gx,) = torch.autograd.grad(y, x, g)
@@ -83,12 +84,12 @@ def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, shared, monkeypatch)
                                           ("tokens", (6, 1 + 49, 16)),
                                           (None, (6, 16, 40)), (None, (3, 8, 5, 9, 9))])
 def test_fused_paths_agree_on_other_layouts(layout, shape, monkeypatch):
-    if _cext.library() is None:
+    if cext.library() is None:
         pytest.skip("no C compiler here")
     x = torch.randn(shape)
     outs = []
     for use in (True, False):
-        monkeypatch.setattr(_kernels, "USE_CEXT", use)
+        monkeypatch.setattr(KA, "USE_CEXT", use)
         torch.manual_seed(3)
         outs.append(drop_block(x, 0.2, 3, layout=layout))
     assert torch.equal(*outs)

@@ -63,6 +63,6 @@ def test_bad_schedules(bad, exc):
 
 def test_callable_returning_garbage_is_caught():
     t = pd.Dropout(lambda step: 0.1 if step < 2 else "x")
-    t.set_step(1)
+    t._set_step(1)
     with pytest.raises(TypeError, match="step 2"):
-        t.set_step(2)
+        t._set_step(2)

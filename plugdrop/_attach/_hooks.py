@@ -1,0 +1,165 @@
+"""The hook objects plugdrop registers: forward hooks, forward pre-hooks and tensor hooks.
+
+Every one is an instance of a module-level class (never a lambda or closure), so a model with
+attachments deep-copies, pickles and ``torch.save``\\ s, and the registry finds plugdrop's hooks
+on a copy by type. A hook's ``target`` is a transform or an :class:`~.observer.Observer`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..transforms import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
+from . import _structure
+from .observer import Observer
+
+
+class _Hook:
+    """Base of every module hook plugdrop registers."""
+
+    where = ""
+
+    def __init__(self, target: Transform | Observer, name: str, element: int | str | None):
+        self.target = target
+        self.name = name
+        self.element = element
+
+    @property
+    def observer(self) -> bool:
+        return isinstance(self.target, Observer)
+
+    def _context(self, module: nn.Module) -> str:
+        return (f"{type(self.target).__name__} on layer {self.name!r} "
+                f"({type(module).__name__}, where={self.where!r})")
+
+    def _act(self, module: nn.Module, value: Any, element: int | str | None) -> Any:
+        """Apply the target to the chosen tensor of ``value``; ``None`` if nothing changes."""
+        target = self.target
+        if isinstance(target, Observer):
+            return self._observe(module, value, element, target)
+        forward = isinstance(target, ForwardTransform)
+        if forward and not module.training:
+            return None
+        if not forward and not torch.is_grad_enabled():
+            return None
+        try:
+            key = _structure.locate(value, element, self.where)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{self._context(module)}: {e}") from None
+        x = value if key is None else value[key]
+        if isinstance(target, GradientTransform):
+            if x.requires_grad:
+                x.register_hook(_GradHook(target))
+            return None
+        try:
+            y = target._at(self.name, x)  # type: ignore[union-attr]
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{self._context(module)}: {e}") from None
+        return None if y is x else _structure.replace(value, key, y)
+
+    def _observe(self, module: nn.Module, value: Any, element: int | str | None,
+                 observer: Observer) -> None:
+        """Hand the chosen tensor (or the whole value) to an observer; never modified."""
+        if observer.whole:
+            observer.on_value(self.name, module, value)
+            return None
+        if observer.strict:
+            key = _structure.locate(value, element, self.where)
+        else:
+            key = _structure.try_locate(value, element, self.where)
+            if key is _structure.MISSING:
+                return None
+        x = value if key is None else value[key]
+        observer.on_forward(self.name, module, x)
+        if observer.wants_grad and torch.is_grad_enabled() and x.requires_grad:
+            x.register_hook(_ObserveGradHook(observer, self.name))
+        return None
+
+
+class OutputHook(_Hook):
+    """Forward hook: acts on (an element of) the module's output."""
+
+    where = "output"
+
+    def __call__(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        return self._act(module, output, self.element)
+
+
+class InputHook(_Hook):
+    """Forward pre-hook (with kwargs): acts on the first positional input, or the named one."""
+
+    where = "input"
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+        element = self.element
+        if isinstance(element, str):
+            if element not in kwargs:
+                raise ValueError(
+                    f"{self._context(module)}: element={element!r} is not among the keyword "
+                    f"inputs of this call ({', '.join(map(repr, kwargs)) or 'none'})"
+                )
+            y = self._act(module, kwargs[element], None)
+            if y is None:
+                return None
+            kwargs = dict(kwargs)
+            kwargs[element] = y
+            return args, kwargs
+        index = 0 if element is None else element
+        if not -len(args) <= index < len(args):
+            raise ValueError(
+                f"{self._context(module)}: this call has {len(args)} positional input(s), so "
+                f"there is no positional input {index}; for keyword inputs pass element='name'"
+            )
+        x = args[index]
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(
+                f"{self._context(module)}: positional input {index} is a "
+                f"{type(x).__name__}, not a tensor; pass element= to pick another input"
+            )
+        y = self._act(module, x, None)
+        if y is None:
+            return None
+        new_args = list(args)
+        new_args[index] = y
+        return tuple(new_args), kwargs
+
+
+class BeginHook(_Hook):
+    """Forward pre-hook on the model's root for a coordinated transform: lets it decide once
+    per forward (ManifoldMixup picks its layer there)."""
+
+    where = "begin"
+
+    def __call__(self, module: nn.Module, args: tuple) -> None:
+        target = self.target
+        assert isinstance(target, CoordinatedTransform)  # set by attach, not by the user
+        if module.training:
+            target._begin()
+        else:
+            target._end_eval()
+        return None
+
+
+class _GradHook:
+    """Tensor hook on an activation: transforms the gradient flowing back through it."""
+
+    def __init__(self, transform: GradientTransform):
+        self.transform = transform
+
+    def __call__(self, grad: torch.Tensor) -> torch.Tensor:
+        return self.transform(grad)
+
+
+class _ObserveGradHook:
+    """Tensor hook handing the gradient of an observed tensor to its observer, unchanged."""
+
+    def __init__(self, observer: Observer, name: str):
+        self.observer = observer
+        self.name = name
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        self.observer.on_grad(self.name, grad)
+        return None

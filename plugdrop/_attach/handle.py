@@ -1,0 +1,150 @@
+"""Handles: what :func:`plugdrop.attach` returns, to step, bind, save and remove one
+attachment (in the spirit of ``torch.utils.hooks.RemovableHandle`` and
+``torch.nn.utils.parametrize``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from ..errors import SettingError
+from ..transforms import CoordinatedTransform, Transform
+from . import _registry
+from ._registry import Registered
+
+__all__ = ["Handle", "MixupHandle"]
+
+
+class Handle:
+    """What :func:`attach` returns: the attachment of one transform to a set of layers.
+
+    Attributes:
+        layers: the selected layer names, in ``named_modules()`` order.
+        transform: the attached transform.
+        where: ``"output"``, ``"input"`` or ``"params"``.
+
+    Use it as a context manager to remove the attachment at the end of a block. Its schedules
+    advance with :meth:`step` or, after :meth:`bind`, on every optimizer step.
+    """
+
+    def __init__(self, transform: Transform, where: str, layers: list[str],
+                 hooks: list[Registered]):
+        self.transform = transform
+        self.where = where
+        self.layers = layers
+        self._hooks = hooks
+        self._bound: RemovableHandle | None = None
+
+    @property
+    def attached(self) -> bool:
+        """``True`` until :meth:`remove` (or :func:`detach`) took the attachment off."""
+        return any(_registry.has_hook(r.module, r.hook) for r in self._hooks)
+
+    def remove(self) -> None:
+        """Take every hook of this attachment off and unbind the optimizer. Idempotent."""
+        removed = sum(_registry.remove(r) for r in self._hooks)
+        if removed:
+            _registry.invalidate_compiled()
+        self._hooks = []
+        self.unbind()
+        self.transform._attached = False
+
+    def __enter__(self) -> "Handle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken since attach (or since the last :meth:`load_state_dict`)."""
+        return self.transform.step_count
+
+    def step(self, n: int = 1) -> None:
+        """Advance the schedules by ``n`` steps (``n >= 0``)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise SettingError(f"step(n) takes an int n >= 0, got {n!r}")
+        self.transform._set_step(self.transform.step_count + n)
+
+    def bind(self, optimizer: torch.optim.Optimizer) -> "Handle":
+        """Step the schedules after every ``optimizer.step()``; returns ``self``.
+
+        Binding again replaces the previous binding; :meth:`remove` unbinds. A step that
+        a ``GradScaler`` skips (inf/NaN gradients) does not count.
+        """
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"bind() takes a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        self.unbind()
+        self._bound = optimizer.register_step_post_hook(self._on_optimizer_step)
+        return self
+
+    def unbind(self) -> None:
+        """Stop stepping on optimizer steps."""
+        if self._bound is not None:
+            self._bound.remove()
+            self._bound = None
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.step()
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"step": n}``: enough to resume the schedules with :meth:`load_state_dict`."""
+        return {"step": self.transform.step_count}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Restore the step counter saved by :meth:`state_dict` and the values it implies."""
+        if not isinstance(state, Mapping) or "step" not in state:
+            raise SettingError(
+                f"load_state_dict expects a mapping with key 'step' as given by state_dict(), "
+                f"got {state!r}"
+            )
+        self.transform._set_step(state["step"])
+
+    def __repr__(self) -> str:
+        layers = ", ".join(self.layers[:4]) + (", ..." if len(self.layers) > 4 else "")
+        return (f"Handle({self.transform!r}, where={self.where!r}, "
+                f"{len(self.layers)} layer(s): [{layers}], step={self.step_count})")
+
+
+class MixupHandle(Handle):
+    """The handle of a coordinated transform's attachment (:class:`ManifoldMixup`): what the
+    last forward mixed, and the matching loss."""
+
+    @property
+    def _coordinated(self) -> CoordinatedTransform:
+        t = self.transform
+        if not isinstance(t, CoordinatedTransform):  # pragma: no cover - built by attach
+            raise TypeError(f"MixupHandle holds a {type(t).__name__}, not a mixing transform")
+        return t
+
+    @property
+    def lam(self) -> float | None:
+        """The mixing weight of the last training forward (``None`` if it did not mix)."""
+        last = self._coordinated.last
+        return None if last is None else last["lam"]
+
+    @property
+    def index(self) -> torch.Tensor | None:
+        """The batch permutation of the last forward (``None`` if it did not mix)."""
+        last = self._coordinated.last
+        return None if last is None else last["index"]
+
+    @property
+    def layer(self) -> str | None:
+        """The layer that mixed in the last forward (``""``: the input; ``None``: none)."""
+        last = self._coordinated.last
+        return None if last is None else last["layer"]
+
+    def loss(self, criterion: Any, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``lam * criterion(logits, target) + (1 - lam) * criterion(logits, target[index])``
+        for the last forward, or ``criterion(logits, target)`` if it did not mix. ``target``
+        may be class indices or soft targets (probabilities), whatever ``criterion`` takes."""
+        last = self._coordinated.last
+        if last is None:
+            return criterion(logits, target)
+        lam, index = last["lam"], last["index"].to(target.device)
+        return lam * criterion(logits, target) + (1.0 - lam) * criterion(logits, target[index])

@@ -1,0 +1,65 @@
+"""Every private name of torch that plugdrop relies on, in one place. Private.
+
+torch gives no public way to list or remove a module's hooks by identity, to tell whether
+anything was compiled since a point in time, or to read a GradScaler's scale without a host
+synchronization, and wrappers keep the wrapped module under private attribute names. Each such
+name is used here and nowhere else; ``tests/test_compat.py`` checks that every one still exists
+in the installed torch, so a rename fails a test instead of silently disabling a feature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+__all__ = ["WRAPPERS", "HOOK_DICTS", "hook_dicts", "pop_hook", "compiled_frames",
+           "scale_async"]
+
+#: Wrapper class name -> attribute holding the wrapped module (DDP, DataParallel,
+#: ``torch.compile``'s OptimizedModule, activation-checkpoint / offload wrappers, FSDP1).
+WRAPPERS: dict[str, str] = {
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "OptimizedModule": "_orig_mod",
+    "CheckpointWrapper": "_checkpoint_wrapped_module",
+    "OffloadWrapper": "_checkpoint_wrapped_module",
+    "FullyShardedDataParallel": "_fsdp_wrapped_module",
+}
+
+#: The dicts of ``nn.Module`` that hold forward hooks and forward pre-hooks, by id.
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks")
+#: Per-hook flags kept beside them (keyed by the same id).
+_HOOK_FLAG_DICTS = ("_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                    "_forward_pre_hooks_with_kwargs")
+
+
+def hook_dicts(module: nn.Module) -> Iterator[dict[int, Any]]:
+    """The module's forward pre-hook and forward hook dicts (``{id: hook}``)."""
+    for name in HOOK_DICTS:
+        yield getattr(module, name)
+
+
+def pop_hook(module: nn.Module, key: int) -> None:
+    """Remove the forward (pre-)hook registered under ``key`` and its flags: what
+    ``RemovableHandle.remove()`` does, for hooks whose handle is gone (a copy's)."""
+    for name in HOOK_DICTS + _HOOK_FLAG_DICTS:
+        getattr(module, name, {}).pop(key, None)
+
+
+def compiled_frames() -> int | None:
+    """How many frames dynamo has compiled in this process so far (``None`` if unknown)."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:  # pragma: no cover - dynamo moved
+        return None
+    return int(counters["frames"].get("total", 0))
+
+
+def scale_async(scaler: Any) -> torch.Tensor | None:
+    """A ``GradScaler``'s current scale as a device tensor, without synchronizing (``None``
+    when the scaler keeps none yet or has no such method)."""
+    get = getattr(scaler, "_get_scale_async", None)
+    return get() if get is not None else None

@@ -1,0 +1,66 @@
+"""Bernoulli draws on the tensor's own device; sparse (geometric gaps) on CPU. Private.
+
+Masks are born on the input's device with torch's own generators, so ``torch.manual_seed``
+reproduces them and activation checkpointing, which restores the RNG state, replays them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: Above this probability the dense path (a random number per position) is used on CPU:
+#: a sparse draw costs about twice a dense one per success, and the fill costs per success.
+SPARSE_MAX_GAMMA = 0.3
+#: Below this many positions the dense path is cheaper whatever the probability.
+SPARSE_MIN_NUMEL = 4096
+
+
+def sparse_seeds(total: int, gamma: float) -> torch.Tensor:
+    """Sorted positions in ``[0, total)`` of a Bernoulli(``gamma``) process, as int64.
+
+    The gaps between successive successes of independent Bernoulli trials are
+    Geometric(``gamma``); a gap is drawn as ``1 + floor(log(1 - u) / log(1 - gamma))`` from a
+    uniform ``u`` of torch's generator (so ``torch.manual_seed`` reproduces it). Uniforms are
+    float32, as in ``torch.rand(...) < p``, so the law is exact to the same 2**-24 resolution;
+    the gaps are computed in float64 when they could exceed float32's exact integers. Costs
+    O(``gamma * total``) random numbers instead of one per position. CPU only (the final cut
+    reads a value on the host).
+    """
+    log_q = math.log1p(-gamma)
+    wide = 17.0 / gamma > 2**23  # the largest gap float32 uniforms can give
+    parts = []
+    last = -1
+    while True:
+        expected = (total - 1 - last) * gamma
+        k = int(expected + 6.0 * math.sqrt(expected) + 16)
+        u = torch.rand(k, dtype=torch.float64 if wide else torch.float32)
+        gaps = torch.log1p(u.neg_()).div_(log_q).floor_().add_(1.0)
+        pos = gaps.to(torch.int64).cumsum_(0).add_(last)
+        end = int(pos[-1])
+        if end >= total:
+            parts.append(pos[:int(torch.searchsorted(pos, total))])
+            break
+        parts.append(pos)
+        last = end
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def use_sparse(numel: int, prob: float, device: torch.device) -> bool:
+    """Whether to draw a Bernoulli(``prob``) field of ``numel`` positions sparsely."""
+    return (device.type == "cpu" and prob <= SPARSE_MAX_GAMMA and numel >= SPARSE_MIN_NUMEL
+            and not torch.compiler.is_compiling())
+
+
+def bernoulli(shape: tuple[int, ...], prob, device: torch.device) -> torch.Tensor:
+    """Boolean tensor of independent Bernoulli(``prob``) draws (``True`` with probability
+    ``prob``). ``prob`` is a float or a 0-dim tensor (then always dense, no host read)."""
+    if not isinstance(prob, torch.Tensor):
+        numel = math.prod(shape)
+        if use_sparse(numel, prob, device):
+            out = torch.zeros(shape, dtype=torch.bool)
+            if prob > 0.0:
+                out.view(-1).index_fill_(0, sparse_seeds(numel, prob), True)
+            return out
+    return torch.rand(shape, device=device) < prob

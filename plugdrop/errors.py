@@ -1,0 +1,33 @@
+"""The exceptions plugdrop raises for mistakes a user can make.
+
+Every one derives from :class:`PlugdropError`, itself a ``ValueError``, so ``except ValueError``
+keeps working; wrong *types* of arguments raise the built-in ``TypeError``. Messages name the
+layer, the shape or the setting, and say how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PlugdropError", "SettingError", "ShapeError", "SelectorError", "AttachError"]
+
+
+class PlugdropError(ValueError):
+    """Base of plugdrop's errors: a bad value given by the user."""
+
+
+class SettingError(PlugdropError):
+    """A transform setting or schedule has a bad value (``p`` outside ``[0, 1)``, a negative
+    ``std``, a schedule that reaches an invalid value at some step)."""
+
+
+class ShapeError(PlugdropError):
+    """A tensor's rank or shape does not fit the transform or its ``layout``; the message
+    gives the shape and the layout to pass."""
+
+
+class SelectorError(PlugdropError):
+    """A selector matches no module (the message lists the closest names), or is malformed."""
+
+
+class AttachError(PlugdropError):
+    """:func:`plugdrop.attach` got arguments that cannot work together (``where``, ``element``,
+    a transform already attached, ``where="params"`` on a module without parameters)."""

@@ -1,0 +1,121 @@
+"""``layers``: the module tree of a model with each module's output from one dry forward."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn as nn
+
+from .. import _attach, _selection
+from .._attach import Observer
+from .._selection import Selector
+from .._table import format_table
+
+__all__ = ["layers", "LayerTable", "LayerRow"]
+
+
+class LayerRow(NamedTuple):
+    """One module in a :class:`LayerTable`."""
+
+    name: str      #: canonical name ("" for the root)
+    type: str      #: class name
+    depth: int     #: 0 for the root, 1 for its children, ...
+    output: str    #: what the module returned in the dry forward, e.g. "Tensor(1, 64, 8, 8)"
+    called: bool   #: whether the dry forward called the module at all
+    picked: bool   #: whether ``selector`` picks it
+
+
+class LayerTable(list):
+    """The module tree of a model (a list of :class:`LayerRow`); prints as an indented table,
+    picked modules marked with ``*``."""
+
+    def __init__(self, rows: list[LayerRow], title: str = "") -> None:
+        super().__init__(rows)
+        self.title = title
+
+    def __str__(self) -> str:
+        lines = [self.title] if self.title else []
+        if not self:
+            return "\n".join(lines + ["(no modules)"])
+        rows = [("*" if r.picked else " ", "  " * r.depth + (r.name or "(root)"), r.type,
+                 r.output if r.called else "(not called)") for r in self]
+        return "\n".join(lines + [format_table(None, rows)])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def layers(model: nn.Module, *inputs: Any, selector: Selector | None = None,
+           exclude: Selector | None = None, max_depth: int | None = None,
+           **kwargs: Any) -> LayerTable:
+    """The module tree of ``model`` with each module's type and output from one dry forward.
+
+    The forward runs once in eval mode under ``torch.no_grad()`` with ``inputs`` / ``kwargs``
+    (the model's training flag is restored); no hook is left behind. Use it to write a selector
+    without reading the model's code: modules that ``selector`` picks are marked.
+
+    Args:
+        model: any ``nn.Module``; wrapper segments (DDP, ``torch.compile``) are hidden.
+        *inputs, **kwargs: the example input(s) of the dry forward, e.g.
+            ``torch.zeros(1, 3, 224, 224)``.
+        selector, exclude: optional; see :func:`plugdrop.select`.
+        max_depth: keep modules down to this depth only (0: the root). Default: all.
+
+    Returns:
+        A :class:`LayerTable` (rows in ``named_modules()`` order); ``print()`` it.
+
+    Raises:
+        ValueError: ``selector`` matches nothing (with the closest names), ``max_depth < 0``.
+    """
+    if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int)
+                                  or max_depth < 0):
+        raise ValueError(f"max_depth must be an int >= 0 or None, got {max_depth!r}")
+    picked = set(_attach.select(model, selector, exclude=exclude)) if selector is not None \
+        else set()
+    shapes = _output_shapes(model, inputs, kwargs)
+    rows = []
+    for entry in _selection.walk(model):
+        if entry.wrapper:
+            continue
+        depth = 0 if entry.name == "" else entry.name.count(".") + 1
+        if max_depth is not None and depth > max_depth:
+            continue
+        rows.append(LayerRow(entry.name, type(entry.module).__name__, depth,
+                             shapes.get(entry.name, ""), entry.name in shapes,
+                             entry.name in picked))
+    title = f"{type(model).__name__}: {len(rows)} modules"
+    if selector is not None:
+        title += f"; * = picked ({len(picked)})"
+    return LayerTable(rows, title)
+
+
+
+class _Shapes(Observer):
+    """Records the structure of every module's output (all of it: tuples, dicts)."""
+
+    whole = True
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return "layers()"
+
+    def on_value(self, layer: str, module: nn.Module, value: Any) -> None:
+        self.shapes[layer] = _attach.describe(value)
+
+
+def _output_shapes(model: nn.Module, inputs: tuple, kwargs: dict) -> dict[str, str]:
+    """Canonical name -> description of its output, from one forward in eval mode without
+    gradients (modules not called are absent); the training flag is restored."""
+    shapes = _Shapes()
+    with _attach.observe(model, "**", shapes):
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                model(*inputs, **kwargs)
+        finally:
+            model.train(was_training)
+    return shapes.shapes

@@ -1,0 +1,183 @@
+"""The two kinds of transform objects and their scheduled settings.
+
+- :class:`ForwardTransform`: maps an activation to a regularized activation, in training mode.
+- :class:`GradientTransform`: maps a gradient to a modified gradient; forward values untouched.
+- :class:`CoordinatedTransform`: a forward transform spread over several layers that decides
+  once per forward of the model (which layer mixes, how much) and mixes the targets through
+  its handle's ``loss`` (:class:`plugdrop.ManifoldMixup`).
+
+Transforms know nothing about hooks: :func:`plugdrop.attach` hangs them on a model's layers.
+Numeric settings take a number or a schedule (:mod:`plugdrop.schedules`); the current value is
+held as a Python float (eager mode, no device synchronization) and as a 0-dim float32 tensor per
+device, updated in place at every step (read under ``torch.compile``, so a changing value does
+not recompile). Settings are checked when set, so the hot path does not check them again.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .._device import PerDevice
+from ..errors import SettingError
+from ..schedules import Constant, Schedule, ScheduleLike, as_schedule
+
+__all__ = ["Transform", "ForwardTransform", "GradientTransform", "CoordinatedTransform"]
+
+Check = Callable[[str, object], float]
+
+
+class _Setting:
+    """A scheduled numeric setting: its schedule, and its current value on the host and as a
+    tensor per device."""
+
+    def __init__(self, name: str, value: ScheduleLike, check: Check):
+        self.name = name
+        self.check = check
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            check(name, value)
+        try:
+            self.schedule: Schedule = as_schedule(value)
+        except TypeError as e:
+            raise TypeError(f"{name}: {e}") from None
+        for v in self.schedule.values():
+            check(f"{name} (schedule {self.schedule!r})", v)
+        self.current = PerDevice(check(name, self.schedule(0)))
+
+    @property
+    def value(self) -> float:
+        return self.current.value
+
+    def set_step(self, step: int) -> None:
+        self.current.fill(self.check(
+            f"{self.name} at step {step} of schedule {self.schedule!r}", self.schedule(step)))
+
+    def read(self, device: torch.device) -> float | torch.Tensor:
+        """The float in eager mode, the device tensor while ``torch.compile`` traces."""
+        if torch.compiler.is_compiling():
+            return self.current.get(device)
+        return self.current.value
+
+    @property
+    def scheduled(self) -> bool:
+        return not isinstance(self.schedule, Constant)
+
+
+class Transform:
+    """Base class of all transforms.
+
+    A subclass declares its numeric settings with :meth:`_setting` in ``__init__`` and
+    implements :meth:`apply`, which receives ``x`` and the current value of each setting as a
+    keyword argument (a float, or a 0-dim tensor under ``torch.compile``). ``transform(x)``
+    applies it with the current values, as in training.
+
+    Attributes:
+        step_count: steps taken by the schedules (0 at construction).
+    """
+
+    def __init__(self) -> None:
+        self._settings: dict[str, _Setting] = {}
+        self._step = 0
+        self._attached = False
+
+    def _setting(self, name: str, value: ScheduleLike, check: Check) -> None:
+        self._settings[name] = _Setting(name, value, check)
+
+    @property
+    def step_count(self) -> int:
+        """Number of schedule steps taken so far."""
+        return self._step
+
+    def values(self) -> dict[str, float]:
+        """The current value of each numeric setting, e.g. ``{"p": 0.05}``."""
+        return {k: s.value for k, s in self._settings.items()}
+
+    def __getattr__(self, name: str) -> Any:
+        settings = self.__dict__.get("_settings")
+        if settings is not None and name in settings:
+            return settings[name].value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _options(self) -> dict[str, Any]:
+        """Non-default non-numeric options, for ``repr``."""
+        return {}
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={s.schedule!r}" for k, s in self._settings.items()]
+        parts += [f"{k}={v!r}" for k, v in self._options().items()]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def apply(self, x: torch.Tensor, **values: Any) -> torch.Tensor:  # pragma: no cover
+        """Transform ``x`` with the given setting values. Subclasses implement it."""
+        raise NotImplementedError
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.apply(x, **self._values(x.device))
+
+    # -- used by the attachment layer --------------------------------------------------------
+
+    def _values(self, device: torch.device) -> dict[str, float | torch.Tensor]:
+        return {k: s.read(device) for k, s in self._settings.items()}
+
+    def _set_step(self, step: int) -> None:
+        """Move every schedule to ``step`` (checking the values it reaches)."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise SettingError(f"step must be an int >= 0, got {step!r}")
+        for s in self._settings.values():
+            s.set_step(step)
+        self._step = step
+
+    def _prepare(self, device: torch.device) -> None:
+        """Create the value tensors on ``device`` ahead of a compiled forward."""
+        for s in self._settings.values():
+            s.current.get(device)
+
+
+class ForwardTransform(Transform):
+    """A transform of activations, applied in training mode only."""
+
+    def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        """Apply at the named layer (the attachment calls this)."""
+        return self.apply(x, **self._values(x.device))
+
+
+class GradientTransform(Transform):
+    """A transform of gradients; forward values are left bit-identical.
+
+    ``apply`` receives the gradient of an activation; :meth:`_apply_param` (default: ``apply``)
+    the gradient of one parameter tensor (``where="params"``).
+    """
+
+    def _apply_param(self, g: torch.Tensor, **values: Any) -> torch.Tensor:
+        return self.apply(g, **values)
+
+    def _call_param(self, g: torch.Tensor) -> torch.Tensor:
+        return self._apply_param(g, **self._values(g.device))
+
+
+class CoordinatedTransform(ForwardTransform):
+    """A forward transform over several layers that decides once per forward of the model.
+
+    The attachment calls :meth:`_begin` before each training forward of the model (a pre-hook
+    on its root), then :meth:`_at` at every attached layer; :meth:`_end_eval` before an eval
+    forward. After a forward, ``last`` is ``None`` (nothing mixed) or a dict with ``"lam"``,
+    ``"index"`` and ``"layer"``, which the handle (:class:`plugdrop.MixupHandle`) reports and
+    uses to mix the targets.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers: list[str] = []
+        self.last: dict[str, Any] | None = None
+
+    def _bind_layers(self, layers: list[str]) -> None:
+        self.layers = list(layers)
+
+    def _begin(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _end_eval(self) -> None:
+        self.last = None

@@ -1,0 +1,39 @@
+"""Forward transforms that add noise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import _checks
+from .. import functional as F
+from ..schedules import ScheduleLike
+from .base import ForwardTransform
+
+__all__ = ["GaussianNoise"]
+
+
+class GaussianNoise(ForwardTransform):
+    """Gaussian noise: ``x + std * N(0, 1)``, or ``x * (1 + std * N(0, 1))`` if
+    ``multiplicative``.
+
+    Args:
+        std: noise standard deviation, ``>= 0``; a number or a schedule.
+        multiplicative: multiply instead of add. Default: ``False``.
+
+    Shape: any; the noise is drawn per element in ``x``'s dtype and memory format.
+    """
+
+    def __init__(self, std: ScheduleLike, *, multiplicative: bool = False) -> None:
+        super().__init__()
+        self._setting("std", std, _checks.non_negative)
+        if not isinstance(multiplicative, bool):
+            raise TypeError(f"multiplicative must be a bool, got {multiplicative!r}")
+        self.multiplicative = multiplicative
+
+    def _options(self) -> dict[str, Any]:
+        return {"multiplicative": True} if self.multiplicative else {}
+
+    def apply(self, x: torch.Tensor, *, std: float | torch.Tensor) -> torch.Tensor:
+        return F._gaussian_noise(x, std, self.multiplicative)
