@@ -1,7 +1,7 @@
 """Selection: from a selector to the modules it names. Private; see :func:`plugdrop.select`.
 
 Names are the qualified names of ``model.named_modules()`` with wrapper segments removed, so a
-model wrapped by DDP/DataParallel (``module.``), ``torch.compile`` (``_orig_mod.``), a checkpoint
+model wrapped by DDP/DataParallel (``module.``), ``torch.compile`` (its wrapper prefix), a checkpoint
 wrapper or FSDP is addressed with the bare model's names. The raw names work too.
 """
 

@@ -300,7 +300,8 @@ def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
     """Rescale the gradient so its norm is at most ``max_norm``.
 
     With ``per_sample=True`` (for activations) each sample ``g[i]`` is clipped on its own norm;
-    otherwise the whole tensor (for a parameter). Norms are accumulated in float32.
+    otherwise the whole tensor (for a parameter). Norms are accumulated in float32 (float64
+    for float64 gradients).
     """
     max_norm = _checks.tensor_or("max_norm", max_norm, _checks.positive)
     return _clip_grad_norm(g, max_norm, norm_type, per_sample)
@@ -308,12 +309,12 @@ def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
 
 def _clip_grad_norm(g: torch.Tensor, max_norm: Number, norm_type: float,
                     per_sample: bool) -> torch.Tensor:
+    acc = torch.promote_types(g.dtype, torch.float32)  # float32 at least, float64 kept
     if per_sample and g.dim() >= 2:
         dims = tuple(range(1, g.dim()))
-        norms = torch.linalg.vector_norm(g, norm_type, dim=dims, keepdim=True,
-                                         dtype=torch.float32)
+        norms = torch.linalg.vector_norm(g, norm_type, dim=dims, keepdim=True, dtype=acc)
     else:
-        norms = torch.linalg.vector_norm(g, norm_type, dtype=torch.float32)
+        norms = torch.linalg.vector_norm(g, norm_type, dtype=acc)
     factor = (max_norm / (norms + 1e-6)).clamp(max=1.0)
     return g * factor.to(g.dtype)
 

@@ -15,6 +15,8 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Union
 
+from .errors import SettingError
+
 __all__ = [
     "Schedule",
     "Constant",
@@ -35,7 +37,7 @@ def _number(name: str, value: object) -> float:
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     value = float(value)
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
+        raise SettingError(f"{name} must be finite, got {value}")
     return value
 
 
@@ -45,7 +47,7 @@ def _steps(name: str, value: object, *, allow_zero: bool = False) -> int:
     value = int(value)
     if value < 0 or (value == 0 and not allow_zero):
         low = "0" if allow_zero else "1"
-        raise ValueError(f"{name} must be >= {low}, got {value}")
+        raise SettingError(f"{name} must be >= {low}, got {value}")
     return value
 
 
@@ -128,9 +130,9 @@ class Piecewise(Schedule):
                 f"piecewise() takes a mapping {{step: value}}, got {type(points).__name__}"
             )
         if not points:
-            raise ValueError("piecewise() needs at least one {step: value} pair")
+            raise SettingError("piecewise() needs at least one {step: value} pair")
         if interpolation not in ("constant", "linear"):
-            raise ValueError(
+            raise SettingError(
                 f"interpolation must be 'constant' or 'linear', got {interpolation!r}"
             )
         items = sorted(

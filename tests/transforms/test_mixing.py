@@ -7,7 +7,25 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import plugdrop as pd
+from conformance import CoordinatedConformance
 from plugdrop.cli import main
+
+
+class TestManifoldMixup(CoordinatedConformance):
+    def make(self, value):
+        return pd.ManifoldMixup(value)
+
+
+class TestManifoldMixupSometimes(CoordinatedConformance):
+    setting = "prob"
+    bad_value = 1.5
+
+    def make(self, value):
+        return pd.ManifoldMixup(1.0, prob=value)
+
+    def test_handle_is_a_mixup_handle_and_loss_mixes_targets(self):
+        torch.manual_seed(3)  # prob=1.0 here; the inherited test needs a mixing forward
+        super().test_handle_is_a_mixup_handle_and_loss_mixes_targets()
 
 
 class Probe(nn.Module):
@@ -141,3 +159,26 @@ def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
     data = json.loads((out / "results.json").read_text())
     rec = [r for r in data["records"] if r["variant"] == "manifold-mixup"][0]
     assert rec["values"]["ManifoldMixup@['', 'layer1', 'layer2.0']:alpha"] == 2.0
+
+
+def test_handles_of_a_copy_rebuild_a_mixup_handle():
+    import copy
+
+    m = _model().train()
+    pd.attach(m, ["", "2"], pd.ManifoldMixup(alpha=1.0))
+    pd.attach(m, "1", pd.Dropout(0.1))
+    twin = copy.deepcopy(m)
+    hs = pd.handles(twin)
+    assert [type(h) for h in hs] == [pd.MixupHandle, pd.Handle]
+    mix = hs[0]
+    assert mix.layers == ["", "2"] and mix.where == "output"
+    torch.manual_seed(1)
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    logits = twin(x)
+    assert mix.layer in ("", "2") and mix.index is not None
+    expected = (mix.lam * F.cross_entropy(logits, y)
+                + (1 - mix.lam) * F.cross_entropy(logits, y[mix.index]))
+    assert torch.allclose(mix.loss(F.cross_entropy, logits, y), expected)
+    mix.remove()
+    assert [type(h) for h in pd.handles(twin)] == [pd.Handle]
+    assert len(pd.handles(m)) == 2  # the original keeps its own

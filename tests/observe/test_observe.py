@@ -180,3 +180,20 @@ def test_layers_lists_the_tree_with_outputs_and_marks_the_selection():
         pd.layers(model, torch.zeros(1, 3, 8, 8), max_depth=-1)
     with pytest.raises(ValueError):
         pd.layers(model, torch.zeros(1, 3, 8, 8), selector="nope")
+
+
+def test_observers_are_listed_by_summary_but_are_not_handles():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3)).train()
+    drop = pd.attach(model, "1", pd.Dropout(0.1))
+    w = pd.watch(model, ["1", "2"])
+    hs = pd.handles(model)
+    assert len(hs) == 1 and hs[0].transform is drop.transform
+    for h in hs:
+        h.step()  # a watch would have no schedule to step
+    rows = pd.summary(model)
+    assert {r.kind for r in rows} == {"transform", "observer"}
+    assert [(r.layer, r.kind) for r in rows if r.kind == "transform"] == [("1", "transform")]
+    assert {r.layer for r in rows if r.kind == "observer"} == {"1", "2"}
+    assert "(observer)" in str(rows)
+    w.remove()
+    assert [r.kind for r in pd.summary(model)] == ["transform"]
