@@ -52,6 +52,12 @@ def finite(name: str, value: object) -> float:
     return value
 
 
+def flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
 def block_size(value: object, spatial: int | None = None) -> tuple[int, ...] | int:
     """An int >= 1, or a tuple of them (one per spatial dim)."""
     items = value if isinstance(value, (tuple, list)) else (value,)
@@ -64,9 +70,8 @@ def block_size(value: object, spatial: int | None = None) -> tuple[int, ...] | i
             )
         if v < 1:
             raise SettingError(f"block_size must be >= 1, got {value!r}")
-    if isinstance(value, (tuple, list)):
-        return tuple(int(v) for v in value)
-    return int(value)
+    ints = tuple(int(v) for v in items)  # each checked to be an Integral above
+    return ints if isinstance(value, (tuple, list)) else ints[0]
 
 
 def tensor_or(name: str, value: object, check) -> float | torch.Tensor:

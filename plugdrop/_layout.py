@@ -123,9 +123,9 @@ def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...
             f"layout='channels_last'), got shape {tuple(x.shape)} of rank {nd}{hint}"
         )
     if layout is None:
-        hint = _suspicious(x.shape)
-        if hint is not None:
-            raise ShapeError(f"{what} got shape {tuple(x.shape)}: {hint}")
+        suspicion = _suspicious(x.shape)
+        if suspicion is not None:
+            raise ShapeError(f"{what} got shape {tuple(x.shape)}: {suspicion}")
     if layout == "channels_last":
         return x.movedim(-1, 1), _from_channels_first
     return x, _identity

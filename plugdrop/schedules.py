@@ -78,42 +78,49 @@ class Constant(Schedule):
         return f"{self.value:g}"
 
 
-class Linear(Schedule):
+class _Ramp(Schedule):
+    """From ``start`` (step 0) to ``end`` (step ``steps``) along :meth:`_shape`, then ``end``."""
+
+    name = ""
+
+    def __init__(self, start: float, end: float, steps: int) -> None:
+        self.start = _number("start", start)
+        self.end = _number("end", end)
+        self.steps = _steps("steps", steps)
+
+    @staticmethod
+    def _shape(t: float) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, step: int) -> float:
+        t = min(max(step, 0), self.steps) / self.steps
+        return self.start + (self.end - self.start) * self._shape(t)
+
+    def values(self) -> list[float]:
+        return [self.start, self.end]
+
+    def __repr__(self) -> str:
+        return f"{self.name}({self.start:g}, {self.end:g}, steps={self.steps})"
+
+
+class Linear(_Ramp):
     """Linear ramp from ``start`` (step 0) to ``end`` (step ``steps``), then ``end``."""
 
-    def __init__(self, start: float, end: float, steps: int) -> None:
-        self.start = _number("start", start)
-        self.end = _number("end", end)
-        self.steps = _steps("steps", steps)
+    name = "linear"
 
-    def __call__(self, step: int) -> float:
-        t = min(max(step, 0), self.steps) / self.steps
-        return self.start + (self.end - self.start) * t
-
-    def values(self) -> list[float]:
-        return [self.start, self.end]
-
-    def __repr__(self) -> str:
-        return f"linear({self.start:g}, {self.end:g}, steps={self.steps})"
+    @staticmethod
+    def _shape(t: float) -> float:
+        return t
 
 
-class Cosine(Schedule):
+class Cosine(_Ramp):
     """Half-cosine ramp from ``start`` (step 0) to ``end`` (step ``steps``), then ``end``."""
 
-    def __init__(self, start: float, end: float, steps: int) -> None:
-        self.start = _number("start", start)
-        self.end = _number("end", end)
-        self.steps = _steps("steps", steps)
+    name = "cosine"
 
-    def __call__(self, step: int) -> float:
-        t = min(max(step, 0), self.steps) / self.steps
-        return self.start + (self.end - self.start) * (1.0 - math.cos(math.pi * t)) / 2.0
-
-    def values(self) -> list[float]:
-        return [self.start, self.end]
-
-    def __repr__(self) -> str:
-        return f"cosine({self.start:g}, {self.end:g}, steps={self.steps})"
+    @staticmethod
+    def _shape(t: float) -> float:
+        return (1.0 - math.cos(math.pi * t)) / 2.0
 
 
 class Piecewise(Schedule):

@@ -55,7 +55,7 @@ class _Hook:
                 x.register_hook(_GradHook(target))
             return None
         try:
-            y = target._at(self.name, x)  # type: ignore[union-attr]
+            y = target._at(self.name, x)
         except (ValueError, TypeError) as e:
             raise type(e)(f"{self._context(module)}: {e}") from None
         return None if y is x else _structure.replace(value, key, y)
@@ -135,7 +135,8 @@ class BeginHook(_Hook):
 
     def __call__(self, module: nn.Module, args: tuple) -> None:
         target = self.target
-        assert isinstance(target, CoordinatedTransform)  # set by attach, not by the user
+        if not isinstance(target, CoordinatedTransform):  # pragma: no cover - attach sets it
+            return None
         if module.training:
             target._begin()
         else:

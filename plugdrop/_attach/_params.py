@@ -59,6 +59,7 @@ class ParamsHook(_Hook):
 
     def __init__(self, transform: GradientTransform, name: str, param_names: list[str]):
         super().__init__(transform, name, None)
+        self.transform = transform
         self.param_names = param_names
         # id(param) -> (weakref to it, hook handle, parameter name)
         self._installed: dict[int, tuple[weakref.ref, RemovableHandle, str]] = {}
@@ -91,11 +92,11 @@ class ParamsHook(_Hook):
                         old.remove()
                         del self._installed[key]
                 self._sharded.add(pname)
-                handle = p.register_post_accumulate_grad_hook(_ParamPostGradHook(self.target))
+                handle = p.register_post_accumulate_grad_hook(_ParamPostGradHook(self.transform))
             elif pname in self._sharded:
                 continue  # FSDP2's unsharded view during forward: the shard carries the hook
             else:
-                handle = p.register_hook(_ParamGradHook(self.target))
+                handle = p.register_hook(_ParamGradHook(self.transform))
             self._installed[id(p)] = (weakref.ref(p), handle, pname)
 
     def uninstall(self) -> None:

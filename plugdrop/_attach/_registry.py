@@ -66,10 +66,8 @@ def scan(model: nn.Module) -> Iterator[tuple[str, nn.Module, _Hook]]:
 
 
 def module_device(module: nn.Module) -> torch.device:
-    for t in module.parameters():
-        return t.device
-    for t in module.buffers():
-        return t.device
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
     return torch.device("cpu")
 
 

@@ -295,9 +295,7 @@ class ObserverHandle:
 
     def __init__(self, observer: Observer, where: str, layers: list[str],
                  hooks: list[Registered]):
-        self.observer = observer
-        self.where = where
-        self.layers = layers
+        self.observer, self.where, self.layers = observer, where, layers
         self._hooks = hooks
 
     def remove(self) -> None:

@@ -48,10 +48,10 @@ def _zero_blocks(t: torch.Tensor, seeds: torch.Tensor, channels: int,
         coord = r % valid[d]
         r = r // valid[d]
         offset += coord * strides[2 + d]
-    offs = None
+    offs = torch.zeros(1, dtype=torch.int64)
     for d, size in enumerate(blocks):
         axis = torch.arange(size, dtype=torch.int64) * strides[2 + d]
-        offs = axis if offs is None else (offs[:, None] + axis[None, :]).reshape(-1)
+        offs = (offs[:, None] + axis[None, :]).reshape(-1)
     index = (offset[:, None] + offs[None, :]).reshape(-1)
     flat = t.as_strided((t.numel(),), (1,), t.storage_offset())
     flat.index_fill_(0, index, 0)

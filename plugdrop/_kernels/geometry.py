@@ -106,14 +106,14 @@ def solve_keep_tensor(p: torch.Tensor, sizes: tuple[int, ...], blocks: tuple[int
 
 def coverage_map(sizes: tuple[int, ...], blocks: tuple[int, ...], device) -> torch.Tensor:
     """The coverage count ``n`` of every position, shape ``sizes``, float32 on ``device``."""
-    out = None
+    out = torch.ones((1,) * len(sizes), dtype=torch.float32, device=device)
     for axis, (s, b) in enumerate(zip(sizes, blocks)):
         i = torch.arange(s, device=device)
         c = (i.clamp(max=s - b) - (i - b + 1).clamp(min=0) + 1).to(torch.float32)
         shape = [1] * len(sizes)
         shape[axis] = s
         c = c.view(shape)
-        out = c if out is None else out * c
+        out = out * c
     return out
 
 def broadcast_scale(scale: torch.Tensor, mask_sizes: tuple[int, ...]) -> torch.Tensor:

@@ -69,8 +69,8 @@ class _Setting:
 class Transform:
     """Base class of all transforms.
 
-    A subclass declares its numeric settings with :meth:`_setting` in ``__init__`` and
-    implements :meth:`apply`, which receives ``x`` and the current value of each setting as a
+    A subclass declares its numeric settings in ``super().__init__(name=(value, check))``
+    (``check(name, number) -> float`` raises on a bad value) and implements :meth:`apply`, which receives ``x`` and the current value of each setting as a
     keyword argument (a float, or a 0-dim tensor under ``torch.compile``). ``transform(x)``
     applies it with the current values, as in training.
 
@@ -78,10 +78,12 @@ class Transform:
         step_count: steps taken by the schedules (0 at construction).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, **settings: tuple[ScheduleLike, Check]) -> None:
         self._settings: dict[str, _Setting] = {}
         self._step = 0
         self._attached = False
+        for name, (value, check) in settings.items():
+            self._setting(name, value, check)
 
     def _setting(self, name: str, value: ScheduleLike, check: Check) -> None:
         self._settings[name] = _Setting(name, value, check)
@@ -110,7 +112,7 @@ class Transform:
         parts += [f"{k}={v!r}" for k, v in self._options().items()]
         return f"{type(self).__name__}({', '.join(parts)})"
 
-    def apply(self, x: torch.Tensor, **values: Any) -> torch.Tensor:  # pragma: no cover
+    def apply(self, x: torch.Tensor, *args: Any, **values: Any) -> torch.Tensor:  # pragma: no cover
         """Transform ``x`` with the given setting values. Subclasses implement it."""
         raise NotImplementedError
 
@@ -151,7 +153,7 @@ class GradientTransform(Transform):
     the gradient of one parameter tensor (``where="params"``).
     """
 
-    def _apply_param(self, g: torch.Tensor, **values: Any) -> torch.Tensor:
+    def _apply_param(self, g: torch.Tensor, *args: Any, **values: Any) -> torch.Tensor:
         return self.apply(g, **values)
 
     def _call_param(self, g: torch.Tensor) -> torch.Tensor:
@@ -168,8 +170,8 @@ class CoordinatedTransform(ForwardTransform):
     uses to mix the targets.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, **settings: tuple[ScheduleLike, Check]) -> None:
+        super().__init__(**settings)
         self.layers: list[str] = []
         self.last: dict[str, Any] | None = None
 

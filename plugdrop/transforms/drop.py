@@ -10,7 +10,7 @@ from .. import _checks, _layout
 from .. import functional as F
 from ..errors import SettingError
 from ..schedules import ScheduleLike
-from .base import ForwardTransform
+from .base import Check, ForwardTransform
 
 __all__ = ["DropBlock", "Dropout2d", "Dropout", "DropPath"]
 
@@ -18,8 +18,9 @@ __all__ = ["DropBlock", "Dropout2d", "Dropout", "DropPath"]
 class _Layout(ForwardTransform):
     """A forward transform that reads maps in a ``layout`` (see :class:`DropBlock`)."""
 
-    def __init__(self, layout: str | None, prefix_tokens: int | None) -> None:
-        super().__init__()
+    def __init__(self, layout: str | None, prefix_tokens: int | None,
+                 **settings: tuple[ScheduleLike, Check]) -> None:
+        super().__init__(**settings)
         _layout.check_layout(layout)
         _layout.check_prefix(prefix_tokens)
         self.layout = layout
@@ -62,15 +63,12 @@ class DropBlock(_Layout):
     def __init__(self, p: ScheduleLike, block_size: int | tuple[int, ...] = 7, *,
                  shared_channels: bool = False, layout: str | None = None,
                  prefix_tokens: int | None = None, rescale: str = "expected") -> None:
-        super().__init__(layout, prefix_tokens)
-        self._setting("p", p, _checks.probability)
+        super().__init__(layout, prefix_tokens, p=(p, _checks.probability))
         self.block_size = _checks.block_size(block_size)
-        if not isinstance(shared_channels, bool):
-            raise TypeError(f"shared_channels must be a bool, got {shared_channels!r}")
+        self.shared_channels = _checks.flag("shared_channels", shared_channels)
         if rescale not in ("expected", "count", "none"):
             raise SettingError(
                 f"rescale must be 'expected', 'count' or 'none', got {rescale!r}")
-        self.shared_channels = shared_channels
         self.rescale = rescale
 
     def _options(self) -> dict[str, Any]:
@@ -99,8 +97,7 @@ class Dropout2d(_Layout):
 
     def __init__(self, p: ScheduleLike, *, layout: str | None = None,
                  prefix_tokens: int | None = None) -> None:
-        super().__init__(layout, prefix_tokens)
-        self._setting("p", p, _checks.probability)
+        super().__init__(layout, prefix_tokens, p=(p, _checks.probability))
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._dropout2d(x, p, self.layout, self.prefix_tokens)
@@ -114,8 +111,7 @@ class Dropout(ForwardTransform):
     """
 
     def __init__(self, p: ScheduleLike) -> None:
-        super().__init__()
-        self._setting("p", p, _checks.probability)
+        super().__init__(p=(p, _checks.probability))
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._dropout(x, p)
@@ -134,11 +130,8 @@ class DropPath(ForwardTransform):
     """
 
     def __init__(self, p: ScheduleLike, *, scale_by_keep: bool = True) -> None:
-        super().__init__()
-        self._setting("p", p, _checks.probability)
-        if not isinstance(scale_by_keep, bool):
-            raise TypeError(f"scale_by_keep must be a bool, got {scale_by_keep!r}")
-        self.scale_by_keep = scale_by_keep
+        super().__init__(p=(p, _checks.probability))
+        self.scale_by_keep = _checks.flag("scale_by_keep", scale_by_keep)
 
     def _options(self) -> dict[str, Any]:
         return {} if self.scale_by_keep else {"scale_by_keep": False}

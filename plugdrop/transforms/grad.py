@@ -11,7 +11,7 @@ import torch
 from .. import _checks, _compat
 from .. import functional as F
 from ..schedules import ScheduleLike
-from .base import GradientTransform
+from .base import Check, GradientTransform
 
 __all__ = ["ClipGradValue", "ClipGradNorm", "ScaleGrad", "GradNoise"]
 
@@ -35,7 +35,9 @@ class _ScaledGradient(GradientTransform):
     """A gradient transform whose thresholds are in unscaled units when given the
     ``GradScaler`` of mixed-precision training (the gradients it sees are scaled)."""
 
-    scaler: Any = None
+    def __init__(self, scaler: Any, **settings: tuple[ScheduleLike, Check]) -> None:
+        super().__init__(**settings)
+        self.scaler = _check_scaler(scaler)
 
     def _options(self) -> dict[str, Any]:
         return {"scaler": "GradScaler"} if self.scaler is not None else {}
@@ -61,9 +63,7 @@ class ClipGradValue(_ScaledGradient):
     """
 
     def __init__(self, clip: ScheduleLike, *, scaler: Any = None) -> None:
-        super().__init__()
-        self._setting("clip", clip, _checks.positive)
-        self.scaler = _check_scaler(scaler)
+        super().__init__(scaler, clip=(clip, _checks.positive))
 
     def apply(self, g: torch.Tensor, *, clip: float | torch.Tensor) -> torch.Tensor:
         return F._clip_grad_value(g, clip * _loss_scale(self.scaler))
@@ -84,10 +84,8 @@ class ClipGradNorm(_ScaledGradient):
 
     def __init__(self, max_norm: ScheduleLike, *, norm_type: float = 2.0,
                  scaler: Any = None) -> None:
-        super().__init__()
-        self._setting("max_norm", max_norm, _checks.positive)
+        super().__init__(scaler, max_norm=(max_norm, _checks.positive))
         self.norm_type = _checks.positive("norm_type", norm_type)
-        self.scaler = _check_scaler(scaler)
 
     def _options(self) -> dict[str, Any]:
         opts = {} if self.norm_type == 2.0 else {"norm_type": self.norm_type}
@@ -109,8 +107,7 @@ class ScaleGrad(GradientTransform):
     """
 
     def __init__(self, factor: ScheduleLike) -> None:
-        super().__init__()
-        self._setting("factor", factor, _checks.finite)
+        super().__init__(factor=(factor, _checks.finite))
 
     def apply(self, g: torch.Tensor, *, factor: float | torch.Tensor) -> torch.Tensor:
         return F._scale_grad(g, factor)
@@ -125,9 +122,7 @@ class GradNoise(_ScaledGradient):
     """
 
     def __init__(self, std: ScheduleLike, *, scaler: Any = None) -> None:
-        super().__init__()
-        self._setting("std", std, _checks.non_negative)
-        self.scaler = _check_scaler(scaler)
+        super().__init__(scaler, std=(std, _checks.non_negative))
 
     def apply(self, g: torch.Tensor, *, std: float | torch.Tensor) -> torch.Tensor:
         return F._grad_noise(g, std * _loss_scale(self.scaler))

@@ -44,9 +44,7 @@ class ManifoldMixup(CoordinatedTransform):
 
     def __init__(self, alpha: ScheduleLike = 2.0, *, mode: str = "mixup",
                  prob: ScheduleLike = 1.0, layout: str | None = None) -> None:
-        super().__init__()
-        self._setting("alpha", alpha, _checks.non_negative)
-        self._setting("prob", prob, _unit)
+        super().__init__(alpha=(alpha, _checks.non_negative), prob=(prob, _unit))
         if mode not in ("mixup", "cutmix"):
             raise SettingError(f"mode must be 'mixup' or 'cutmix', got {mode!r}")
         if layout not in (None, "channels_first", "channels_last"):

@@ -26,11 +26,8 @@ class GaussianNoise(ForwardTransform):
     """
 
     def __init__(self, std: ScheduleLike, *, multiplicative: bool = False) -> None:
-        super().__init__()
-        self._setting("std", std, _checks.non_negative)
-        if not isinstance(multiplicative, bool):
-            raise TypeError(f"multiplicative must be a bool, got {multiplicative!r}")
-        self.multiplicative = multiplicative
+        super().__init__(std=(std, _checks.non_negative))
+        self.multiplicative = _checks.flag("multiplicative", multiplicative)
 
     def _options(self) -> dict[str, Any]:
         return {"multiplicative": True} if self.multiplicative else {}
