@@ -144,6 +144,16 @@ class ForwardConformance(TransformConformance):
         assert x.grad is not None
         assert torch.allclose(x.grad, self.multiplier(x.detach(), y2), rtol=1e-5, atol=1e-6)
 
+    def test_a_copy_draws_the_same_masks_as_the_original(self):
+        m = conv_model().train()
+        pd.attach(m, "0", self.make(pd.linear(0.0, self.value, steps=10))).step(5)
+        x = torch.randn(2, 3, 8, 8)
+        for clone in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+            torch.manual_seed(2)
+            a = clone(x)
+            torch.manual_seed(2)
+            assert torch.equal(a, m(x))
+
     def test_compile_follows_a_schedule_in_one_graph(self):
         torch._dynamo.reset()
         m = conv_model().train()
