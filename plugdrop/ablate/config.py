@@ -560,7 +560,9 @@ def _parse_attachment(raw: Any, loc: Loc | None, variant: str) -> Attachment:
     try:
         spec.build(1000)
     except (TypeError, ValueError) as e:
-        raise _fail(loc, f"bad {name} settings: {e}") from None
+        where = next((at(k) for k in kwargs if re.match(rf"\W*{re.escape(str(k))}\b", str(e))),
+                     loc)
+        raise _fail(where, f"bad {name} settings: {' '.join(str(e).split())}") from None
     return spec
 
 
