@@ -179,7 +179,8 @@ def make_model(cfg: AblationConfig, num_classes: int) -> nn.Module:
     except ConfigError as e:
         msg = str(e)
         key = "model"
-        if "kwarg" in msg and "model_kwargs" in cfg.locs:
+        if "model_kwargs" in cfg.locs and ("kwarg" in msg or "keyword" in msg or any(
+                f"'{k}'" in msg for k in cfg.model_kwargs)):
             key = "model_kwargs"
         elif "pretrained" in msg and "pretrained" in cfg.locs:
             key = "pretrained"
@@ -221,6 +222,22 @@ def watch_selector(cfg: AblationConfig) -> Any:
     if cfg.watch == "auto":
         return cfg.attached_layers() or None
     return cfg.watch
+
+
+def _watchable(model: nn.Module, selector: Any, auto: bool) -> Any:
+    """In auto mode, the selectors of other variants that match nothing in this model are
+    left out (the variant that attaches them reports the error); a typo in ``watch:``
+    itself fails."""
+    if not auto:
+        return selector
+    keep = []
+    for sel in selector:
+        try:
+            pd.select(model, sel)
+            keep.append(sel)
+        except (ValueError, TypeError):
+            pass
+    return keep or None
 
 
 @dataclass
@@ -309,6 +326,8 @@ class Trainer:
 
             ema = ModelEmaV3(model, decay=cfg.ema)
         watched = watch_selector(cfg)
+        if watched is not None:
+            watched = _watchable(model, watched, cfg.watch == "auto")
         watch = None
         if watched is not None:
             try:

@@ -1,7 +1,8 @@
 """``plugdrop ablate CONFIG``: train every variant x seed of a YAML config into run folders.
 
 Exit status: 0 when every run finished, 1 when a run failed (the others still trained),
-2 for a mistake in the config, data or output folder (one line, before any training),
+2 for a mistake in the config, data or output folder (one line, before any training; 0
+under torchrun, whose launcher would otherwise print a traceback after the message),
 130 / 143 when SIGINT / SIGTERM stopped it (the command that resumes is printed).
 """
 
@@ -73,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"plugdrop ablate: {e}", file=sys.stderr, flush=True)
         _teardown(d)
-        return 2
+        # Under torchrun a non-zero status makes the launcher print its own traceback and
+        # failure report after our one line; the message is the report.
+        return 0 if world > 1 else 2
     code = 0
     if d.main:
         from ..ablate.progress import Progress
