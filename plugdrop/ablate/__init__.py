@@ -1,0 +1,1 @@
+"""The ablation runner behind ``plugdrop ablate``: config, data, model, training, run folders and reports."""
