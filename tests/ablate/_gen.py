@@ -63,3 +63,12 @@ def fake_mnist(root: Path, n_train: int = 20, n_test: int = 10) -> Path:
         _idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28)))
         _idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n) % 10)
     return root
+
+
+def tiny_net(num_classes: int = 10, width: int = 4):
+    """A tiny CNN factory for ``build_model('_gen:tiny_net')`` (stem, body, ``fc`` classifier)."""
+    import torch.nn as nn
+
+    return nn.Sequential(
+        nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, num_classes))
