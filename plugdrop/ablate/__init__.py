@@ -1,1 +1,1 @@
-"""The ablation runner behind ``plugdrop ablate``: config, data, model, training, run folders and reports."""
+"""The ablation runner behind ``plugdrop ablate``: config, data, model, training, runs, report."""

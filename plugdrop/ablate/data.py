@@ -121,8 +121,8 @@ def _torchvision_names() -> list[str]:
     import torchvision.datasets as tvd
 
     skip = {"VisionDataset", "DatasetFolder", "ImageFolder", "FakeData"}
-    return sorted(n for n in tvd.__all__ if n not in skip and isinstance(getattr(tvd, n, None), type)
-                  and issubclass(getattr(tvd, n), Dataset))
+    classes = {n: getattr(tvd, n, None) for n in tvd.__all__ if n not in skip}
+    return sorted(n for n, c in classes.items() if isinstance(c, type) and issubclass(c, Dataset))
 
 
 def _close(word: str, choices: Sequence[str]) -> list[str]:
@@ -169,8 +169,9 @@ def parse_data_spec(value: str | Mapping[str, Any]) -> DataSpec:
                               f"{', '.join(map(str, rest))}); options are for torchvision classes")
         return parse_data_spec(str(path))
     if "name" not in rest:
-        raise ConfigError(f"data: the mapping {value!r} needs 'name' (digits or a torchvision class "
-                          f"such as CIFAR10, with root:) or 'path' (an ImageFolder directory)")
+        raise ConfigError(f"data: the mapping {value!r} needs 'name' (digits or a torchvision "
+                          f"class such as CIFAR10, with root:) or 'path' (an ImageFolder "
+                          f"directory)")
     name = str(rest.pop("name")).strip()
     root = rest.pop("root", None)
     options = dict(rest.pop("options", None) or {})
@@ -459,7 +460,8 @@ def _subdirs(path: Path) -> list[Path]:
 
 
 def _layout_hint(root: Path) -> str:
-    return f"an ImageFolder tree is {root}/<class>/<image> or {root}/train/<class>/... + {root}/val/<class>/..."
+    return (f"an ImageFolder tree is {root}/<class>/<image> or {root}/train/<class>/... + "
+            f"{root}/val/<class>/...")
 
 
 def _scan(folder: Path, classes: list[str] | None) -> tuple[list[tuple[str, int]], list[str]]:
@@ -550,13 +552,14 @@ def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,
             raise ConfigError(f"data: {spec.name} cannot be read under {root} (looked in {where}: "
                               f"{e}); put the data set there or fix root") from None
 
+    base_val: Dataset | None = None
+    ti: list[int] | None = None
+    vi: list[int] | None = None
     if "train" in params:
         base_train, base_val = make(train=True), make(train=False)
-        ti = vi = None
     elif "split" in params:
         base_train = make(split=train_split)
         if val_split is None:
-            base_val = None
             for candidate in ("val", "test"):
                 try:
                     base_val = make(split=candidate)
@@ -571,14 +574,16 @@ def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,
                 base_val = make(split=val_split)
             except ValueError as e:
                 raise ConfigError(f"data: {spec.name} val_split: {e}") from None
-        ti = vi = None
     else:
         base_train = base_val = make()
         ti, vi = _split_indices(len(base_train), val_fraction, where)  # type: ignore[arg-type]
+    assert base_val is not None
     classes = getattr(base_train, "classes", None)
     if not classes:
-        targets = getattr(base_train, "targets", None) or getattr(base_train, "labels", None)
-        n = int(max(targets)) + 1 if targets is not None and len(targets) else 0
+        targets = getattr(base_train, "targets", None)
+        if targets is None:
+            targets = getattr(base_train, "labels", None)
+        n = int(torch.as_tensor(targets).max()) + 1 if targets is not None and len(targets) else 0
         classes = [str(i) for i in range(n)]
     train_tf, eval_tf, cfg = _transforms(augment, model, image_size)
     log = _BadImageLog(bad_images)
@@ -717,8 +722,8 @@ def make_loader(ds: Dataset, *, batch_size: int, train: bool, workers: int, seed
     n = len(ds)  # type: ignore[arg-type]
     sampler: Sampler[int]
     if train:
-        dist = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=int(seed),
-                                  drop_last=True)
+        dist: DistributedSampler[int] = DistributedSampler(
+            ds, num_replicas=world, rank=rank, shuffle=True, seed=int(seed), drop_last=True)
         dist.set_epoch(int(epoch))
         if len(dist) < batch_size:
             raise ConfigError(f"batch_size: {batch_size} per process is more than the "

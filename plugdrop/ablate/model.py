@@ -5,8 +5,8 @@ For timm models a checkpoint goes through timm's own loading (``pretrained=True`
 ``pretrained_cfg_overlay=dict(file=PATH)``: its checkpoint filters and input-conv adaptation), built
 with the checkpoint's number of classes and a strict load, then :meth:`reset_classifier` to the data
 set's classes when they differ (the checkpoint's classifier is kept when they match). For other
-factories the file is loaded with a checked :meth:`~torch.nn.Module.load_state_dict`: everything must
-fit but the classifier, which is left freshly initialized when its shape differs.
+factories the file is loaded with a checked :meth:`~torch.nn.Module.load_state_dict`: everything
+must fit but the classifier, which is left freshly initialized when its shape differs.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def _kwargs_error(name: str, err: BaseException, kwargs: Mapping[str, Any],
             "; remove or correct it"
         return ConfigError(f"model_kwargs: {name} has no argument {bad!r}{hint}")
     shown = f" with model_kwargs {dict(kwargs)}" if kwargs else ""
-    return ConfigError(f"model {name}{shown} cannot be built ({_first_line(err)}); check model_kwargs")
+    return ConfigError(f"model {name}{shown} cannot be built ({_first_line(err)}); "
+                       f"check model_kwargs")
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -149,7 +150,7 @@ def _cached_weights(name: str) -> Path:
                 if isinstance(found, str) and os.path.isfile(found):
                     return Path(found)
             looked.append(f"{constants.HF_HUB_CACHE} for {cfg.hf_hub_id}")
-    if cfg.url:
+    if isinstance(cfg.url, str) and cfg.url:
         path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(urlparse(cfg.url).path)
         if path.is_file():
             return path
