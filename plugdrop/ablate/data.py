@@ -310,7 +310,11 @@ def _bad(log_mode: str, path: str, err: BaseException) -> BadImage:
     return BadImage(path, msg)
 
 
-_READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError)  # PIL's errors (incl. truncated files)
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What PIL raises for a file it cannot read (truncated, not an image, a decompression bomb)."""
+    from PIL import Image
+
+    return (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
 
 
 class ImageFiles(Dataset):
@@ -340,7 +344,7 @@ class ImageFiles(Dataset):
         path, label = self.samples[index]
         try:
             image = default_loader(path)  # PIL open + convert("RGB"), which reads the whole file
-        except _READ_ERRORS as e:
+        except _read_errors() as e:
             return _bad(self.bad_mode, path, e)
         return self.transform(image), label
 
@@ -375,7 +379,7 @@ class TorchvisionImages(Dataset):
                 image = to_pil_image(image)
             if isinstance(image, Image.Image):
                 image = image.convert("RGB")
-        except _READ_ERRORS as e:
+        except _read_errors() as e:
             return _bad(self.bad_mode, f"{self.name}[{index}]", e)
         return self.transform(image), int(label)
 
@@ -675,8 +679,11 @@ class CheckedLoader(DataLoader):
         try:
             for batch, bad in it:
                 self.bad_log.record(bad)
-                if batch is not None:
-                    yield batch
+                if batch is None:
+                    continue
+                if bad and self.drop_last and len(batch[-1]) < 2:
+                    continue  # skipping left a training batch of one: BatchNorm cannot take it
+                yield batch
         finally:
             del it  # shuts the worker processes down now, also when an error is raised
 
@@ -737,7 +744,7 @@ def make_loader(ds: Dataset, *, batch_size: int, train: bool, workers: int, seed
                                   pin_memory=device.type == "cuda", drop_last=train,
                                   persistent_workers=False, generator=gen)
     log = _find_log(ds)
-    if log is None:
+    if log is None:  # data that cannot hold unreadable files (in memory, user data sets)
         return DataLoader(ds, **common)
     return CheckedLoader(ds, collate_fn=_collate, bad_log=log, **common)
 

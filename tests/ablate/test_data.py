@@ -299,6 +299,30 @@ def test_folder_loader_with_workers(tmp_path):
     assert all(torch.equal(a[1], b[1]) and torch.equal(a[0], b[0]) for a, b in zip(batches, again))
 
 
+def test_augmented_order_and_pixels_reproducible_with_workers(tmp_path):
+    d = build(str(_gen.image_folder(tmp_path / "imgs")),
+              augment={"auto_augment": "rand-m9-mstd0.5", "re_prob": 0.5})
+
+    def run(epoch):
+        return list(make_loader(d.train, batch_size=6, train=True, workers=2, seed=7, epoch=epoch,
+                                device=CPU))
+
+    a, b, c = run(0), run(0), run(1)
+    assert all(torch.equal(x[0], y[0]) for x, y in zip(a, b))
+    assert not all(torch.equal(x[0], y[0]) for x, y in zip(a, c))
+
+
+def test_build_setting_errors(tmp_path):
+    root = str(_gen.image_folder(tmp_path / "imgs", per_class=2))
+    with pytest.raises(ConfigError, match="bad_images"):
+        build(root, bad_images="ignore")
+    with pytest.raises(ConfigError, match="val_fraction"):
+        build(root, val_fraction=1.5)
+    with pytest.raises(ConfigError, match="image_size"):
+        build_datasets(parse_data_spec(root), image_size=0, val_fraction=0.2, augment=None,
+                       model=None)
+
+
 def test_loader_errors():
     with pytest.raises(ConfigError, match="batch_size"):
         make_loader(numbers(6), batch_size=8, train=True, workers=0, seed=0, epoch=0, device=CPU)
