@@ -245,8 +245,22 @@ def _check_augment(augment: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def _transforms(augment: dict[str, Any] | None, model: torch.nn.Module | None, image_size: int,
-                stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+def _pretrained_cfg(name: str) -> dict[str, Any] | None:
+    """timm's pretrained config of a model name (``None`` for factories and unknown names)."""
+    import timm
+    from timm.models import get_pretrained_cfg
+
+    if ":" in name or not timm.is_model(name):
+        return None
+    try:
+        cfg = get_pretrained_cfg(name)
+    except RuntimeError:  # an unknown weights tag: build_model reports it
+        return None
+    return cfg.to_dict() if cfg is not None else None
+
+
+def _transforms(augment: dict[str, Any] | None, model: torch.nn.Module | str | None,
+                image_size: int, stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None
                 ) -> tuple[Callable[[Any], torch.Tensor] | None, Callable[[Any], torch.Tensor],
                            dict[str, Any]]:
     """(train transform or None when there is no augmentation, eval transform, data config)."""
@@ -258,7 +272,10 @@ def _transforms(augment: dict[str, Any] | None, model: torch.nn.Module | None, i
         args.setdefault("mean", stats[0])
         args.setdefault("std", stats[1])
     try:
-        cfg = resolve_data_config(args, model=model)
+        if isinstance(model, str):
+            cfg = resolve_data_config(args, pretrained_cfg=_pretrained_cfg(model))
+        else:
+            cfg = resolve_data_config(args, model=model)
     except (AssertionError, ValueError, TypeError) as e:
         raise ConfigError(f"augment: {e or type(e).__name__}") from None
     eval_tf = create_transform(**cfg, is_training=False)
@@ -500,7 +517,7 @@ def _scan(folder: Path, classes: list[str] | None) -> tuple[list[tuple[str, int]
 
 
 def _folder(spec: DataSpec, image_size: int, val_fraction: float, augment: dict[str, Any] | None,
-            model: torch.nn.Module | None, bad_images: str) -> DataSets:
+            model: torch.nn.Module | str | None, bad_images: str) -> DataSets:
     root = Path(spec.name).expanduser()
     if not root.exists():
         close = _close(spec.name, _torchvision_names())
@@ -530,7 +547,7 @@ def _folder(spec: DataSpec, image_size: int, val_fraction: float, augment: dict[
 
 
 def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,
-                augment: dict[str, Any] | None, model: torch.nn.Module | None,
+                augment: dict[str, Any] | None, model: torch.nn.Module | str | None,
                 bad_images: str) -> DataSets:
     import torchvision.datasets as tvd
 
@@ -599,7 +616,7 @@ def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,
 
 
 def build_datasets(spec: DataSpec, *, image_size: int, val_fraction: float,
-                   augment: Mapping[str, Any] | None, model: torch.nn.Module | None,
+                   augment: Mapping[str, Any] | None, model: torch.nn.Module | str | None,
                    bad_images: str = "error") -> DataSets:
     """The training and validation data sets of ``spec``.
 
@@ -611,8 +628,9 @@ def build_datasets(spec: DataSpec, *, image_size: int, val_fraction: float,
             seed :data:`SPLIT_SEED`. In (0, 1).
         augment: timm augmentation settings (keys in :data:`AUGMENT_KEYS`), or ``None`` for no
             augmentation (both splits get the evaluation transform).
-        model: the model whose ``pretrained_cfg`` gives normalization and interpolation (may be
-            ``None``: ImageNet's mean/std). Not used for ``digits``.
+        model: the model whose ``pretrained_cfg`` gives normalization and interpolation, or its
+            timm name (``"resnet18"``: the same config without building the model), or ``None``
+            (ImageNet's mean/std). Not used for ``digits``.
         bad_images: ``"error"`` (default): an unreadable image stops the loader with
             :class:`ConfigError` naming the file; ``"skip"``: it is dropped from its batch and
             counted (:attr:`DataSets.bad_images`).

@@ -205,6 +205,10 @@ def test_normalization_follows_model(tmp_path):
     d = build(str(root), model=model)
     assert d.data_config["mean"] == (0.5, 0.5, 0.5)
     assert d.data_config["interpolation"] == "bilinear"
+    by_name = build(str(root), model="vit_tiny_patch16_224.augreg_in21k")  # a name: no model built
+    assert by_name.data_config["mean"] == (0.5, 0.5, 0.5)
+    assert build(str(root), model="_gen:tiny_net").data_config["mean"] == \
+        pytest.approx((0.485, 0.456, 0.406))
 
 
 # ----------------------------------------------------------------------------- bad images
