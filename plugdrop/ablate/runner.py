@@ -25,7 +25,7 @@ from .config import AblationConfig
 from .data import DataSets, build_datasets, default_workers, parse_data_spec
 from .errors import ConfigError
 from .progress import Progress
-from .train import Dist, StopFlag, Stopped, Trainer, make_model, save_gradcam
+from .train import Dist, StopFlag, Stopped, Trainer, locate, save_gradcam
 
 T = TypeVar("T")
 
@@ -80,15 +80,14 @@ def versions() -> dict[str, str]:
 
 
 def load_data(cfg: AblationConfig) -> DataSets:
-    """The config's data sets (the model is built once for timm's data config)."""
-    model = make_model(cfg, 2) if cfg.augment else None
+    """The config's data sets (normalization from the model's pretrained config)."""
     try:
         return build_datasets(parse_data_spec(cfg.data), image_size=cfg.image_size,
-                              val_fraction=cfg.val_fraction, augment=cfg.augment, model=model,
+                              val_fraction=cfg.val_fraction, augment=cfg.augment,
+                              model=None if ":" in cfg.model else cfg.model,
                               bad_images=cfg.bad_images)
     except ConfigError as e:
-        loc = cfg.loc("data")
-        raise ConfigError(str(e) if str(e).startswith(loc) else f"{loc}: {e}") from None
+        raise ConfigError(locate(cfg, " ".join(str(e).split()), "data")) from None
 
 
 def workers_for(cfg: AblationConfig, data: DataSets) -> int:

@@ -170,6 +170,20 @@ def seed_all(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
+def locate(cfg: AblationConfig, msg: str, default: str) -> str:
+    """``msg`` prefixed with the location of the setting it is about: the one it starts with
+    (``model_kwargs: ...``), else ``default``."""
+    key = default
+    head = msg.split(":", 1)[0].strip()
+    if head in cfg.locs:
+        key = head
+    elif default == "model" and "model_kwargs" in cfg.locs and (
+            "keyword" in msg or "kwarg" in msg or any(f"'{k}'" in msg for k in cfg.model_kwargs)):
+        key = "model_kwargs"
+    loc = cfg.loc(key)
+    return msg if msg.startswith(loc) else f"{loc}: {msg}"
+
+
 def make_model(cfg: AblationConfig, num_classes: int) -> nn.Module:
     """The config's model; errors name the ``model`` (or ``model_kwargs``/``pretrained``)
     setting."""
@@ -177,15 +191,7 @@ def make_model(cfg: AblationConfig, num_classes: int) -> nn.Module:
         return build_model(cfg.model, num_classes=num_classes, model_kwargs=cfg.model_kwargs,
                            pretrained=cfg.pretrained)
     except ConfigError as e:
-        msg = str(e)
-        key = "model"
-        if "model_kwargs" in cfg.locs and ("kwarg" in msg or "keyword" in msg or any(
-                f"'{k}'" in msg for k in cfg.model_kwargs)):
-            key = "model_kwargs"
-        elif "pretrained" in msg and "pretrained" in cfg.locs:
-            key = "pretrained"
-        loc = cfg.loc(key)
-        raise ConfigError(msg if msg.startswith(loc) else f"{loc}: {msg}") from None
+        raise ConfigError(locate(cfg, " ".join(str(e).split()), "model")) from None
 
 
 def _autocast(cfg: AblationConfig, device: torch.device) -> contextlib.AbstractContextManager:
