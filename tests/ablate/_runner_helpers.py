@@ -13,7 +13,7 @@ ROOT = TESTS.parent
 GOOD = """\
 model: tinynet:make
 data: digits
-image_size: 16
+image_size: 8
 epochs: 1
 batch_size: 128
 seeds: [0, 1]
@@ -31,7 +31,7 @@ variants:
 SMALL = """\
 model: tinynet:make
 data: digits
-image_size: 16
+image_size: 8
 epochs: 2
 batch_size: 128
 seeds: [0]
