@@ -241,3 +241,46 @@ def test_report_command(tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     assert (out / "results.csv").exists() and "baseline" in capsys.readouterr().out
     assert main(["report", str(tmp_path)]) == 2
+
+
+def test_finetune_on_an_image_folder_with_a_corrupt_image(tmp_path, capsys):
+    """Fine-tuning from a checkpoint file the test saved, on an ImageFolder tree written here
+    (one image corrupt: skipped and counted), with timm augmentation and workers."""
+    import timm
+    import torch
+    from _gen import image_folder
+
+    root = image_folder(tmp_path / "imgs", per_class=10, corrupt=1)
+    ckpt = tmp_path / "r10.pth"
+    torch.manual_seed(0)
+    torch.save(timm.create_model("resnet10t", num_classes=5).state_dict(), ckpt)
+    text = f"""\
+model: resnet10t
+pretrained: {ckpt}
+data: {root}
+image_size: 16
+bad_images: skip
+workers: 1
+augment: {{hflip: 0.5, scale: [0.5, 1.0]}}
+epochs: 1
+batch_size: 8
+seeds: [0]
+device: cpu
+variants:
+  baseline: []
+  dropblock:
+    - {{layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}}
+"""
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    man = json.loads((out / "ablation.json").read_text())
+    assert man["data"]["classes"] == ["cat", "dog", "eel"]
+    assert man["config"]["pretrained"] == str(ckpt)
+    state = torch.load(out / "runs" / "baseline__s0" / "checkpoint.pt", weights_only=False)
+    assert state["model"]["fc.weight"].shape[0] == 3  # the head was reset to 3 classes
+    assert metrics(out, "dropblock__s0")[-1]["epoch"] == 1
+    # without skip, the corrupt file is named in one line
+    assert main(["ablate", str(write(tmp_path, text.replace("bad_images: skip",
+                                                            "bad_images: error"))),
+                 "--out", str(tmp_path / "out2")]) != 0
+    assert "bad0.png" in capsys.readouterr().err
