@@ -1,0 +1,1 @@
+"""The ablation runner: config, data, training, run folders on disk and the report."""
