@@ -67,6 +67,7 @@ class Run:
         done: ``done.json`` of a finished run.
         error, error_type, failed_epoch: from ``failed.json`` of a failed run.
         gradcam: its ``gradcam.png`` when present.
+        started: whether its folder holds anything yet.
     """
 
     id: str
@@ -81,6 +82,7 @@ class Run:
     error_type: str | None = None
     failed_epoch: int | None = None
     gradcam: Path | None = None
+    started: bool = False
 
     def final(self, key: str = "val_acc") -> float | None:
         """``key`` of the last epoch, ``None`` when absent."""
@@ -225,22 +227,21 @@ def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
             rec = json.loads(line)
         except json.JSONDecodeError:
             rec = None
-        ok = (isinstance(rec, dict) and isinstance(rec.get("epoch"), int)
-              and not isinstance(rec.get("epoch"), bool) and rec["epoch"] >= 1
-              and _number(rec.get("val_acc")) is not None)
-        if not ok:
+        epoch = rec.get("epoch") if isinstance(rec, dict) else None
+        if (not isinstance(rec, dict) or not isinstance(epoch, int) or isinstance(epoch, bool)
+                or epoch < 1 or _number(rec.get("val_acc")) is None):
             if k < len(lines) - 1:
                 warnings.append(f"{path}: line {lineno} is not an epoch record; skipped")
             continue
-        assert isinstance(rec, dict)
-        by_epoch[rec["epoch"]] = rec
+        by_epoch[epoch] = rec
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def _load_run(run: Run, config_hash: str | None, warnings: list[str]) -> None:
     """Fill ``run`` from its folder; see :func:`load_ablation`."""
-    if not run.path.is_dir():
-        return  # not started yet
+    run.started = run.path.is_dir() and any(run.path.iterdir())
+    if not run.started:
+        return  # its folder is absent or was just created
     problems: list[str] = []
     info, problem = _read_json(run.path / "run.json")
     if problem is not None or not isinstance(info, dict):
@@ -505,7 +506,7 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     incomplete = [r for r in ab.runs if r.status == INCOMPLETE]
     if incomplete:
         lines += ["", "Incomplete runs (running, stopped or not started): " + ", ".join(
-            f"{r.id} ({len(r.metrics)} epochs)" if r.path.is_dir() else f"{r.id} (not started)"
+            f"{r.id} ({len(r.metrics)} epochs)" if r.started else f"{r.id} (not started)"
             for r in incomplete)]
     if ab.warnings:
         lines += [""] + [f"warning: {w}" for w in ab.warnings]

@@ -232,11 +232,12 @@ def test_no_baseline_and_not_started(tmp_path: Path) -> None:
     out = tmp_path / "nb"
     _ablation(out, ["a", "b"], [0, 1], baseline=None)
     _write_run(out, "a", 0, [_epoch(1, 0.5)])
+    (out / "runs" / "b__s0").mkdir()  # just created by a runner: nothing in it yet
     rep = write_report(out)
     assert "verdict" not in rep.table and "p-value" not in rep.table
     assert "b__s0 (not started)" in rep.table and "a__s1 (not started)" in rep.table
     assert "*: the runs have only one epoch" in rep.table  # the time includes the warm-up
-    assert (rep.finished, rep.failed, rep.incomplete) == (1, 0, 3)
+    assert (rep.finished, rep.failed, rep.incomplete) == (1, 0, 3) and not rep.warnings
     assert {p.name for p in rep.files} == {"results.csv", "results.json", "val_acc.png",
                                            "final_acc.png"}
 
@@ -269,3 +270,18 @@ def test_other_damage_is_a_warning(tmp_path: Path) -> None:
     assert "done.json not valid JSON" in text and "config_hash" in text
     assert "line 2 is not an epoch record" in text and "no epoch" in text
     assert len(ab.runs[2].metrics) == 3
+
+
+def test_failed_write_leaves_old_file_and_no_temp(folder: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    write_report(folder, plots=False)
+    before = (folder / "results.csv").read_bytes()
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("plugdrop.ablate.report.os.replace", broken_replace)
+    with pytest.raises(ConfigError, match=r"results\.csv: cannot write \(No space left"):
+        write_report(folder, plots=False)
+    assert (folder / "results.csv").read_bytes() == before
+    assert not list(folder.rglob("*.tmp"))
