@@ -187,9 +187,10 @@ def load_ablation(out: Path | str) -> Ablation:
     config_hash = doc.get("config_hash")
     config_hash = config_hash if isinstance(config_hash, str) else None
     ab = Ablation(out=out, config=_dict(doc.get("config")), config_hash=config_hash,
-                  variants=[v for v in doc.get("variants") or [] if isinstance(v, str)],
+                  variants=[v for v in _list(doc.get("variants")) if isinstance(v, str)],
                   baseline=doc.get("baseline") if isinstance(doc.get("baseline"), str) else None,
-                  seeds=[s for s in doc.get("seeds") or [] if isinstance(s, int)],
+                  seeds=[s for s in _list(doc.get("seeds"))
+                         if isinstance(s, int) and not isinstance(s, bool)],
                   runs=[], versions=_dict(doc.get("versions")), data=_dict(doc.get("data")))
     for i, e in enumerate(entries):
         if not (isinstance(e, dict) and isinstance(e.get("id"), str)
@@ -207,6 +208,10 @@ def load_ablation(out: Path | str) -> Ablation:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
