@@ -638,7 +638,12 @@ def _plot_drop_frac(ab: Ablation) -> bytes | None:
     for v in ab.variants:
         for r in _plotted_runs(ab, v)[0]:
             sched_points: dict[str, list[tuple[int, float | None, float]]] = {}
+            exact: dict[str, dict[int, float]] = {}  # the runner's own epoch means
             for m in r.metrics:
+                for key, value in _dict(m.get("values_mean")).items():
+                    x = _number(value)
+                    if key.endswith(_SCHEDULED) and x is not None and math.isfinite(x):
+                        exact.setdefault(key[: -len(_SCHEDULED)], {})[m["epoch"]] = x
                 for key, value in _dict(m.get("watch")).items():
                     x = _number(value)
                     if key.endswith(_DROP) and x is not None and math.isfinite(x):
@@ -650,7 +655,8 @@ def _plot_drop_frac(ab: Ablation) -> bytes | None:
                         sched_points.setdefault(key[: -len(_SCHEDULED)], []).append(
                             (m["epoch"], _number(m.get("step")), x))
             for label, points in sched_points.items():
-                for e, mean in _schedule_epoch_means(points).items():
+                means = {**_schedule_epoch_means(points), **exact.get(label, {})}
+                for e, mean in means.items():
                     scheduled.setdefault((v, label), {}).setdefault(e, []).append(mean)
     if not measured:
         return None

@@ -132,11 +132,21 @@ class Outcome:
     stopped: int = 0  # the signal that stopped the ablation, or 0
 
 
-def write_report(out: Path, progress: Progress) -> Any:
+_PLOT_EVERY_S = 60.0
+_last_plots = [0.0]
+
+
+def write_report(out: Path, progress: Progress, final: bool = True) -> Any:
+    """Rebuild the summary files; during an ablation the plots at most once a minute (the
+    table, CSV and JSON after every run), at the end always."""
     from .report import write_report as _write
 
+    plots = final or time.monotonic() - _last_plots[0] >= _PLOT_EVERY_S
     try:
-        return _write(out, plots=True)
+        rep = _write(out, plots=plots)
+        if plots:
+            _last_plots[0] = time.monotonic()
+        return rep
     except Exception as e:  # the report must never lose the runs
         progress.message(f"plugdrop ablate: could not write the report: {e}")
         return None
@@ -221,6 +231,7 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
             raise
 
     on_rank0(d, claim)
+    _last_plots[0] = time.monotonic()
     outcome = Outcome()
     todo = []
     for v, s in cfg.runs():
@@ -266,7 +277,7 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
             if d.main:
-                write_report(out, progress)
+                write_report(out, progress, final=False)
     finally:
         stop.restore()
         progress.close()
