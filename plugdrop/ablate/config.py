@@ -512,8 +512,8 @@ def _check_option(key: str, value: Any, loc: Loc | None) -> Any:
             value = []
         if isinstance(value, str):
             value = [value]
-        need(isinstance(value, list) and all(v in ("tensorboard", "mlflow") for v in value),
-             "a list of loggers: [tensorboard] (or mlflow)")
+        need(isinstance(value, list) and all(v == "tensorboard" for v in value),
+             "a list of loggers: [tensorboard] or []")
         value = tuple(value)
     return _plain(value)
 

@@ -1,5 +1,4 @@
-"""Loggers of a run: TensorBoard event files in ``runs/<id>/tb`` (``log: [tensorboard]``), and
-MLflow's local file store (``log: [mlflow]``) when mlflow is installed.
+"""Loggers of a run: TensorBoard event files in ``runs/<id>/tb`` (``log: [tensorboard]``).
 
 Scalars per epoch: ``loss/train``, ``loss/val``, ``acc/val`` (and the EMA's), ``lr``,
 ``images_per_s``, every scheduled value (``values/<attachment>/<setting>``) and the watch
@@ -35,16 +34,15 @@ class RunLogger:
     Args:
         kinds: the config's ``log`` list.
         path: the run folder.
-        run_name: the run id (MLflow's run name).
+        run_name: the run id.
         start_epoch: the first epoch this process will log (later events of a killed attempt
             are purged from TensorBoard's view).
-        params: the resolved config (MLflow parameters).
+        params: the resolved config (written as TensorBoard text).
     """
 
     def __init__(self, kinds: Sequence[str], path: Path, run_name: str, start_epoch: int = 1,
                  params: Mapping[str, Any] | None = None):
         self.tb: Any = None
-        self.mlflow: Any = None
         if "tensorboard" in kinds:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -53,17 +51,11 @@ class RunLogger:
                                   "install tensorboard (or 'plugdrop[cli]')") from None
             self.tb = SummaryWriter(str(path / "tb"),
                                     purge_step=start_epoch if start_epoch > 1 else None)
-        if "mlflow" in kinds:
-            try:
-                import mlflow
-            except ImportError:
-                raise ConfigError("log: [mlflow] needs mlflow: pip install mlflow") from None
-            mlflow.set_tracking_uri((path.parent.parent / "mlruns").resolve().as_uri())
-            mlflow.set_experiment(path.parent.parent.name or "plugdrop")
-            self.mlflow = mlflow
-            mlflow.start_run(run_name=run_name)
-            if params:
-                mlflow.log_params({k: str(v)[:250] for k, v in params.items()})
+            if params and start_epoch == 1:
+                import json
+
+                self.tb.add_text("config", "```\n" + json.dumps(dict(params), indent=2,
+                                                                  default=str) + "\n```", 0)
 
     def log(self, record: Mapping[str, Any]) -> None:
         scalars = _scalars(record)
@@ -72,17 +64,11 @@ class RunLogger:
             for k, v in scalars.items():
                 self.tb.add_scalar(k, v, epoch)
             self.tb.flush()
-        if self.mlflow is not None:
-            self.mlflow.log_metrics({k.replace("@", "_at_").replace("*", "x"): v
-                                     for k, v in scalars.items()}, step=epoch)
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
-        if self.mlflow is not None:
-            self.mlflow.end_run()
-            self.mlflow = None
 
 
 def check(kinds: Sequence[str]) -> None:
@@ -93,8 +79,3 @@ def check(kinds: Sequence[str]) -> None:
         except ImportError:
             raise ConfigError("log: [tensorboard] needs the tensorboard package: pip install "
                               "tensorboard") from None
-    if "mlflow" in kinds:
-        try:
-            import mlflow  # noqa: F401
-        except ImportError:
-            raise ConfigError("log: [mlflow] needs mlflow: pip install mlflow") from None

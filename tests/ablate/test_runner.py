@@ -284,3 +284,28 @@ variants:
                                                             "bad_images: error"))),
                  "--out", str(tmp_path / "out2")]) != 0
     assert "bad0.png" in capsys.readouterr().err
+
+
+def test_gradcam_layer_has_a_map_of_4x4_and_takes_tokens(tmp_path):
+    import timm
+    import torch
+
+    from plugdrop.ablate import config as C
+    from plugdrop.ablate.data import DataSets
+    from plugdrop.ablate.train import Dist, gradcam_layer, save_gradcam
+
+    cfg = C.load(write(tmp_path, "model: resnet10t\nvariants:\n  a:\n    - {layers: \"layer*\", "
+                       "transform: Dropout2d, p: 0.1}\n"))
+    cnn = timm.create_model("resnet10t", num_classes=3).eval()
+    # at 32 px layer4 is 1x1 and layer3 2x2: the last regularized map of at least 4x4 is layer2
+    assert gradcam_layer(cfg, cnn, torch.zeros(1, 3, 32, 32)) == "layer2"
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=64, depth=2, num_classes=3).eval()
+    cfg = C.load(write(tmp_path, "model: vit\nvariants:\n  a:\n    - {layers: \"blocks.*\", "
+                       "transform: DropPath, p: 0.1}\n"))
+    x = torch.rand(2, 3, 64, 64)
+    assert gradcam_layer(cfg, vit, x) == "blocks.1"  # (B, 1 + 4x4, C) tokens
+    data = DataSets(torch.utils.data.TensorDataset(x, torch.tensor([0, 1])),
+                    torch.utils.data.TensorDataset(x, torch.tensor([0, 1])),
+                    ["a", "b", "c"], "t", True, lambda: 0)
+    assert save_gradcam(cfg, vit, data, Dist(), tmp_path / "cam.png") == "blocks.1"
+    assert (tmp_path / "cam.png").read_bytes()[:4] == b"\x89PNG"
