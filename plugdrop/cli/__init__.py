@@ -1,0 +1,37 @@
+"""The ``plugdrop`` command: ``plugdrop ablate``, ``plugdrop report`` and ``plugdrop layers``.
+
+    plugdrop layers resnet18 --input-size 3 32 32 --match "layer3.*"
+    plugdrop ablate examples/digits.yaml --out runs/digits --epochs 5 --seeds 0 1 2
+    plugdrop ablate examples/digits.yaml --out runs/digits --resume
+    plugdrop report runs/digits
+    torchrun --nproc_per_node 2 -m plugdrop ablate examples/digits.yaml
+
+``python -m plugdrop`` is the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import ablate, layers, report
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plugdrop", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    layers.add_parser(sub)
+    ablate.add_parser(sub)
+    report.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``plugdrop`` command line; returns the exit status."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    return int(args.func(args))

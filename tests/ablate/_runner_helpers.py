@@ -1,0 +1,67 @@
+"""Shared helpers of the runner tests: configs, running the CLI in-process or as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent  # tests/ (holds tinynet.py)
+ROOT = TESTS.parent
+
+GOOD = """\
+model: tinynet:make
+data: digits
+image_size: 8
+epochs: 1
+batch_size: 128
+seeds: [0, 1]
+variants:
+  baseline: []
+  dropblock:
+    - {layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}
+  ramp:
+    - {layers: "layer1.0", transform: DropBlock, block_size: 2,
+       p: {schedule: linear, start: 0.0, end: 0.2}}
+    - {layers: "layer2.*", transform: Dropout2d, p: {schedule: cosine, start: 0.0, end: 0.1}}
+    - {layers: fc, transform: ClipGradNorm, max_norm: 1.0, where: params}
+"""
+
+SMALL = """\
+model: tinynet:make
+data: digits
+image_size: 8
+epochs: 2
+batch_size: 128
+seeds: [0]
+device: cpu
+gradcam: false
+variants:
+  baseline: []
+  dropblock:
+    - {layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS),
+                                                        os.environ.get("PYTHONPATH", "")]),
+                OMP_NUM_THREADS="1")
+
+
+def cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    """``python -m plugdrop ARGS`` in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "plugdrop", *args], capture_output=True,
+                          text=True, env=env(), timeout=kw.pop("timeout", 300), **kw)
+
+
+def popen(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "plugdrop", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env())

@@ -1,0 +1,338 @@
+"""plugdrop.ablate.data: digits, ImageFolder trees, torchvision classes, augmentation, bad images,
+loaders (order, sharding, drop_last)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import PIL.Image
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import _gen
+from plugdrop.ablate.data import (AUGMENT_KEYS, SPLIT_SEED, DataSpec, build_datasets,
+                                  default_workers, make_loader, parse_data_spec)
+from plugdrop.ablate.errors import ConfigError
+
+CPU = torch.device("cpu")
+
+
+def build(value, *, augment=None, model=None, bad_images="error", val_fraction=0.25):
+    return build_datasets(parse_data_spec(value), image_size=16, val_fraction=val_fraction,
+                          augment=augment, model=model, bad_images=bad_images)
+
+
+def one_line(err: pytest.ExceptionInfo) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+# ----------------------------------------------------------------------------- digits
+
+@pytest.fixture(scope="module")
+def digits():
+    return build("digits", val_fraction=0.2)
+
+
+def test_digits_default(digits):
+    assert (len(digits.train), len(digits.val)) == (1438, 359)
+    assert digits.in_memory and digits.classes == [str(i) for i in range(10)]
+    x, y = digits.train[0]
+    assert x.shape == (3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.int64
+    xt = digits.train.tensors[0]
+    assert torch.allclose(xt.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5)
+    assert torch.allclose(xt.std(dim=(0, 2, 3)), torch.ones(3), atol=1e-4)
+    # the fixed split: validation = the first 20% of a permutation seeded with SPLIT_SEED
+    from sklearn.datasets import load_digits
+
+    perm = torch.randperm(1797, generator=torch.Generator().manual_seed(SPLIT_SEED))
+    assert torch.equal(digits.val.tensors[1], torch.tensor(load_digits().target)[perm[:359]])
+    assert digits.bad_images() == 0
+
+
+def test_digits_same_every_build(digits):
+    again = build("digits", val_fraction=0.2)
+    assert torch.equal(again.train.tensors[0], digits.train.tensors[0])
+
+
+def test_digits_augment():
+    d = build("digits", augment={"hflip": 0.5, "scale": [0.5, 1.0]}, val_fraction=0.2)
+    x, y = d.train[3]
+    assert x.shape == (3, 16, 16) and int(y) in range(10)
+    assert isinstance(d.val, TensorDataset)
+
+
+# ----------------------------------------------------------------------------- parsing
+
+def test_parse_specs(tmp_path):
+    assert parse_data_spec("digits") == DataSpec("digits", "digits")
+    assert parse_data_spec({"name": "digits"}).kind == "digits"
+    assert parse_data_spec(str(tmp_path)) == DataSpec("folder", str(tmp_path))
+    assert parse_data_spec({"path": str(tmp_path)}).kind == "folder"
+    tv = parse_data_spec({"name": "CIFAR10", "root": "/data/cifar"})
+    assert (tv.kind, tv.name, tv.root) == ("torchvision", "CIFAR10", "/data/cifar")
+    assert parse_data_spec({"name": "SVHN", "root": "/x", "val_split": "test"}).options == \
+        {"val_split": "test"}
+
+
+@pytest.mark.parametrize("value, match", [
+    ("", "empty"),
+    ({"root": "/x"}, "needs 'name'"),
+    ({"name": "CIFAR10"}, "needs root"),
+    ({"name": "CIFAR11", "root": "/x"}, "did you mean 'CIFAR10'"),
+    ({"name": "MNIST", "root": "/x", "trian": True}, "MNIST has no option 'trian'"),
+    ({"name": "MNIST", "root": "/x", "download": True}, "set by the runner"),
+    ({"name": "digits", "root": "/x"}, "digits takes no root"),
+    (3, "expected 'digits'"),
+])
+def test_parse_errors(value, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        parse_data_spec(value)
+    one_line(err)
+
+
+# ----------------------------------------------------------------------------- folders
+
+def test_folder_pooled_split(tmp_path):
+    root = _gen.image_folder(tmp_path / "imgs")  # 3 classes x 8
+    d = build(str(root))
+    assert d.classes == ["cat", "dog", "eel"] and not d.in_memory
+    assert (len(d.train), len(d.val)) == (18, 6)
+    assert set(d.train.indices).isdisjoint(d.val.indices)
+    x, y = d.val[0]
+    assert x.shape == (3, 16, 16) and y in (0, 1, 2)
+    assert build(str(root)).val.indices == d.val.indices  # the same split every time
+    # no augment: both splits get timm's eval transform (deterministic)
+    assert torch.equal(d.train[0][0], d.train[0][0])
+    assert d.data_config["mean"] == pytest.approx((0.485, 0.456, 0.406))
+
+
+@pytest.mark.parametrize("val_name", ["val", "valid", "validation", "test", "eval"])
+def test_folder_split_names(tmp_path, val_name):
+    root = _gen.split_folder(tmp_path / "d", val_name)
+    d = build(str(root))
+    assert d.classes == ["a", "b"]  # not ['test', 'train']
+    assert (len(d.train), len(d.val)) == (12, 6)
+
+
+def test_folder_only_train(tmp_path):
+    _gen.image_folder(tmp_path / "d" / "train", ("a", "b"), 6)
+    d = build(str(tmp_path / "d"))
+    assert d.classes == ["a", "b"] and len(d.train) + len(d.val) == 12
+
+
+def test_folder_lazy(tmp_path, monkeypatch):
+    root = _gen.image_folder(tmp_path / "imgs")
+    opened: list[str] = []
+    real_open = PIL.Image.open
+    monkeypatch.setattr(PIL.Image, "open", lambda fp, *a, **k: opened.append(str(fp)) or
+                        real_open(fp, *a, **k))
+    d = build(str(root))
+    assert opened == []  # building only scans the tree
+    d.train[0]
+    assert len(opened) == 1
+
+
+def test_folder_errors(tmp_path):
+    cases = []
+    cases.append((tmp_path / "nope", "does not exist"))
+    (tmp_path / "file.png").write_bytes(b"x")
+    cases.append((tmp_path / "file.png", "is a file"))
+    (tmp_path / "empty").mkdir()
+    cases.append((tmp_path / "empty", "no class folders"))
+    _gen.image_folder(tmp_path / "one", ("only",), 3)
+    cases.append((tmp_path / "one", "one class folder"))
+    _gen.image_folder(tmp_path / "hole", ("a", "b"), 3)
+    (tmp_path / "hole" / "c").mkdir()
+    (tmp_path / "hole" / "c" / "notes.txt").write_text("no images here")
+    cases.append((tmp_path / "hole" / "c", "has no images"))
+    _gen.split_folder(tmp_path / "extra")
+    _gen.image_folder(tmp_path / "extra" / "val", ("zebra",), 1)
+    cases.append((tmp_path / "extra" / "val", "zebra"))
+    for path, match in cases:
+        with pytest.raises(ConfigError, match=match) as err:
+            build(str(path) if "hole" not in str(path) and "extra" not in str(path)
+                  else str(path.parent))
+        assert str(path) in one_line(err)
+
+
+def test_folder_suggests_torchvision(tmp_path):
+    with pytest.raises(ConfigError, match=r"name: CIFAR10, root"):
+        build("cifar10")
+
+
+# ----------------------------------------------------------------------------- torchvision
+
+def test_torchvision_local_root(tmp_path):
+    root = _gen.fake_mnist(tmp_path / "tv")
+    d = build({"name": "MNIST", "root": str(root)})
+    assert (len(d.train), len(d.val)) == (20, 10) and len(d.classes) == 10
+    x, y = d.train[1]
+    assert x.shape == (3, 16, 16) and y == 1  # grayscale converted to RGB
+
+
+def test_torchvision_missing(tmp_path):
+    with pytest.raises(ConfigError, match="nothing is downloaded") as err:
+        build({"name": "CIFAR10", "root": str(tmp_path)})
+    assert str(tmp_path / "cifar-10-batches-py") in one_line(err)
+
+
+# ----------------------------------------------------------------------------- augmentation
+
+def test_augment_keys_and_errors(tmp_path):
+    assert {"hflip", "auto_augment", "re_prob", "mean", "std", "crop_pct"} <= AUGMENT_KEYS
+    root = _gen.image_folder(tmp_path / "imgs")
+    with pytest.raises(ConfigError, match="did you mean 'hflip'"):
+        build(str(root), augment={"hflp": 0.5})
+    with pytest.raises(ConfigError, match="auto_augment"):
+        build(str(root), augment={"auto_augment": "nonsense-m9"})
+    with pytest.raises(ConfigError, match="mean"):
+        build(str(root), augment={"mean": [0.5, 0.5]})
+    d = build(str(root), augment={"auto_augment": "rand-m9-mstd0.5", "re_prob": 0.5,
+                                  "mean": [0.5], "std": 0.25})
+    assert d.data_config["mean"] == (0.5, 0.5, 0.5) and d.data_config["std"] == (0.25,) * 3
+    assert d.train.dataset.transform is not d.val.dataset.transform
+    assert d.train[0][0].shape == (3, 16, 16)
+
+
+def test_normalization_follows_model(tmp_path):
+    root = _gen.image_folder(tmp_path / "imgs")
+    model = torch.nn.Linear(1, 1)
+    model.pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),  # type: ignore
+                            "interpolation": "bilinear"}
+    d = build(str(root), model=model)
+    assert d.data_config["mean"] == (0.5, 0.5, 0.5)
+    assert d.data_config["interpolation"] == "bilinear"
+    by_name = build(str(root), model="vit_tiny_patch16_224.augreg_in21k")  # a name: no model built
+    assert by_name.data_config["mean"] == (0.5, 0.5, 0.5)
+    assert build(str(root), model="_gen:tiny_net").data_config["mean"] == \
+        pytest.approx((0.485, 0.456, 0.406))
+
+
+# ----------------------------------------------------------------------------- bad images
+
+@pytest.fixture
+def bad_tree(tmp_path):
+    root = _gen.split_folder(tmp_path / "bad", train_per_class=4, val_per_class=3)
+    _gen.write_corrupt(root / "val" / "a" / "broken.png")  # val: 6 good + 1 corrupt
+    return root
+
+
+def test_bad_image_error_with_workers(bad_tree):
+    d = build(str(bad_tree))
+    loader = make_loader(d.val, batch_size=2, train=False, workers=2, seed=0, epoch=0, device=CPU)
+    with pytest.raises(ConfigError, match="bad_images: skip") as err:
+        for _ in loader:
+            pass
+    assert str(bad_tree / "val" / "a" / "broken.png") in one_line(err)
+
+
+def test_bad_image_error_in_process(bad_tree):
+    d = build(str(bad_tree))
+    loader = make_loader(d.val, batch_size=4, train=False, workers=0, seed=0, epoch=0, device=CPU)
+    with pytest.raises(ConfigError, match="broken.png"):
+        list(loader)
+
+
+def test_bad_image_skip_counted_with_workers(bad_tree):
+    d = build(str(bad_tree), bad_images="skip")
+    loader = make_loader(d.val, batch_size=2, train=False, workers=2, seed=0, epoch=0, device=CPU)
+    seen = sum(len(y) for _, y in loader)
+    assert seen == 6 and d.bad_images() == 1
+    list(loader)  # the same file again: still one unreadable image
+    assert d.bad_images() == 1
+
+
+# ----------------------------------------------------------------------------- loaders
+
+def numbers(n: int) -> TensorDataset:
+    return TensorDataset(torch.arange(n, dtype=torch.float32)[:, None], torch.arange(n))
+
+
+def order(loader) -> list[int]:
+    return [int(i) for _, y in loader for i in y]
+
+
+def test_train_order_reproducible():
+    ds = numbers(40)
+
+    def run(seed, epoch):
+        return order(make_loader(ds, batch_size=4, train=True, workers=0, seed=seed, epoch=epoch,
+                                 device=CPU))
+
+    assert run(0, 3) == run(0, 3)
+    assert run(0, 3) != run(0, 4) and run(0, 3) != run(1, 3)
+    assert sorted(run(0, 3)) == list(range(40))
+
+
+def test_train_drop_last():
+    loader = make_loader(numbers(19), batch_size=4, train=True, workers=0, seed=0, epoch=0,
+                         device=CPU)
+    sizes = [len(y) for _, y in loader]
+    assert sizes == [4, 4, 4, 4]  # no batch of 3 (or 1) at the end
+
+
+def test_train_sharded_over_two_ranks():
+    ds = numbers(21)
+    shards = [order(make_loader(ds, batch_size=2, train=True, workers=0, seed=5, epoch=1,
+                                rank=r, world=2, device=CPU)) for r in range(2)]
+    assert len(shards[0]) == len(shards[1]) == 10
+    assert set(shards[0]).isdisjoint(shards[1])
+
+
+def test_eval_sharded_keeps_everything():
+    ds = numbers(11)
+    shards = [make_loader(ds, batch_size=4, train=False, workers=0, seed=0, epoch=0, rank=r,
+                          world=2, device=CPU) for r in range(2)]
+    got = [order(s) for s in shards]
+    assert sorted(got[0] + got[1]) == list(range(11))  # each sample once, none padded
+    assert [len(y) for _, y in shards[1]] == [4, 2]  # the last partial batch kept
+
+
+def test_folder_loader_with_workers(tmp_path):
+    d = build(str(_gen.image_folder(tmp_path / "imgs")))
+    loader = make_loader(d.train, batch_size=4, train=True, workers=2, seed=0, epoch=0,
+                         device=CPU)
+    batches = list(loader)
+    assert len(batches) == 4 and batches[0][0].shape == (4, 3, 16, 16)
+    assert batches[0][1].dtype == torch.int64
+    again = list(make_loader(d.train, batch_size=4, train=True, workers=2, seed=0, epoch=0,
+                             device=CPU))
+    assert all(torch.equal(a[1], b[1]) and torch.equal(a[0], b[0]) for a, b in zip(batches, again))
+
+
+def test_augmented_order_and_pixels_reproducible_with_workers(tmp_path):
+    d = build(str(_gen.image_folder(tmp_path / "imgs")),
+              augment={"auto_augment": "rand-m9-mstd0.5", "re_prob": 0.5})
+
+    def run(epoch):
+        return list(make_loader(d.train, batch_size=6, train=True, workers=2, seed=7, epoch=epoch,
+                                device=CPU))
+
+    a, b, c = run(0), run(0), run(1)
+    assert all(torch.equal(x[0], y[0]) for x, y in zip(a, b))
+    assert not all(torch.equal(x[0], y[0]) for x, y in zip(a, c))
+
+
+def test_build_setting_errors(tmp_path):
+    root = str(_gen.image_folder(tmp_path / "imgs", per_class=2))
+    with pytest.raises(ConfigError, match="bad_images"):
+        build(root, bad_images="ignore")
+    with pytest.raises(ConfigError, match="val_fraction"):
+        build(root, val_fraction=1.5)
+    with pytest.raises(ConfigError, match="image_size"):
+        build_datasets(parse_data_spec(root), image_size=0, val_fraction=0.2, augment=None,
+                       model=None)
+
+
+def test_loader_errors():
+    with pytest.raises(ConfigError, match="batch_size"):
+        make_loader(numbers(6), batch_size=8, train=True, workers=0, seed=0, epoch=0, device=CPU)
+    with pytest.raises(ConfigError, match="workers"):
+        make_loader(numbers(6), batch_size=2, train=True, workers=-1, seed=0, epoch=0, device=CPU)
+
+
+def test_default_workers():
+    assert 1 <= default_workers() <= 8

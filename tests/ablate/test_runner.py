@@ -1,0 +1,311 @@
+"""plugdrop ablate end to end on the embedded digits at 16 px with a tiny CNN: run folders,
+resume after SIGKILL equal to an uninterrupted run, SIGTERM, refused folders, the lock, a
+crashing run, bf16 / EMA / gradient accumulation, TensorBoard, the dry step, torchrun."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _runner_helpers import GOOD, SMALL, env, popen, write
+
+from plugdrop.ablate import runs
+from plugdrop.cli import main
+
+
+def metrics(out: Path, run: str) -> list[dict]:
+    return [json.loads(line) for line in (out / "runs" / run / "metrics.jsonl").read_text()
+            .splitlines()]
+
+
+def test_end_to_end_run_folders(tmp_path, capsys):
+    out = tmp_path / "out"
+    path = write(tmp_path, GOOD.replace("seeds: [0, 1]", "seeds: [0, 1]\ndevice: cpu"))
+    assert main(["ablate", str(path), "--out", str(out)]) == 0
+    man = json.loads((out / "ablation.json").read_text())
+    assert man["format"] == 1 and man["variants"] == ["baseline", "dropblock", "ramp"]
+    assert man["baseline"] == "baseline" and man["seeds"] == [0, 1]
+    assert [r["id"] for r in man["runs"]][:2] == ["baseline__s0", "baseline__s1"]
+    assert man["data"]["train"] + man["data"]["val"] == 1797 and "torch" in man["versions"]
+    for r in man["runs"]:
+        folder = out / "runs" / r["id"]
+        assert (folder / "done.json").exists() and (folder / "checkpoint.pt").exists()
+        assert json.loads((folder / "run.json").read_text())["variant"] == r["variant"]
+    rec = metrics(out, "ramp__s0")[-1]
+    assert set(rec) >= {"epoch", "train_loss", "val_loss", "val_acc", "epoch_time",
+                        "images_per_s", "lr", "step", "values", "watch"}
+    assert rec["values"]["DropBlock@layer1.0/p"] == pytest.approx(0.2)  # reached its end
+    # the watched value next to drop_frac is the epoch mean of the schedule, like drop_frac
+    assert rec["watch"]["layer1.0/p"] == pytest.approx(0.1, abs=0.02)
+    base = metrics(out, "baseline__s0")[-1]["watch"]
+    drop = metrics(out, "dropblock__s0")[-1]["watch"]
+    assert "layer1.0/act_std" in base and "layer1.0/drop_frac" not in base
+    assert abs(drop["layer1.0/drop_frac"] - 0.1) < 0.03
+    assert (out / "runs" / "dropblock__s0" / "gradcam.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (out / "runs" / "dropblock__s1" / "gradcam.png").exists()  # first seed only
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert len(rows) == 3 * 2 and {"variant", "seed", "epoch", "val_acc"} <= set(rows[0])
+    printed = capsys.readouterr()
+    assert "baseline" in printed.out and "6 runs finished" in printed.out
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    t0 = time.monotonic()
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early ({proc.returncode}): {proc.stderr.read()}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise AssertionError("no checkpoint appeared")
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def one_thread():
+    """As in the subprocesses (OMP_NUM_THREADS=1): the same float summation order."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_resume_after_sigkill_equals_uninterrupted(tmp_path, one_thread):
+    text = SMALL.replace("epochs: 2", "epochs: 3") + "ema: 0.9\n"
+    path = write(tmp_path, text)
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    assert main(["ablate", str(path), "--out", str(ref)]) == 0
+    proc = popen("ablate", str(path), "--out", str(out))
+    _wait_for(out / "runs" / "baseline__s0" / "checkpoint.pt", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "runs" / "dropblock__s0" / "done.json").exists()
+    # without --resume the folder is refused
+    assert main(["ablate", str(path), "--out", str(out)]) == 2
+    assert main(["ablate", str(path), "--out", str(out), "--resume"]) == 0
+    for run in ("baseline__s0", "dropblock__s0"):
+        a, b = metrics(ref, run), metrics(out, run)
+        assert [r["epoch"] for r in b] == [1, 2, 3]
+        for key in ("train_loss", "val_loss", "val_acc", "val_acc_ema", "lr", "step"):
+            assert [r[key] for r in a] == [r[key] for r in b], (run, key)
+        assert a[-1]["watch"] == b[-1]["watch"]
+
+
+def test_sigterm_stops_cleanly_and_prints_the_resume_command(tmp_path):
+    path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 30"))
+    out = tmp_path / "out"
+    proc = popen("ablate", str(path), "--out", str(out))
+    _wait_for(out / "runs" / "baseline__s0" / "checkpoint.pt", proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Resume with:" in err and "--resume" in err and str(out) in err
+    assert "Traceback" not in err
+    run = runs.RunDir(out, "baseline", 0)
+    assert run.status == "incomplete" and run.checkpoint.exists()
+    done = metrics(out, "baseline__s0")
+    assert done and torch_load_epoch(run.checkpoint) == done[-1]["epoch"]
+
+
+def torch_load_epoch(path: Path) -> int:
+    import torch
+
+    return int(torch.load(path, weights_only=False)["epoch"])
+
+
+def test_folder_of_another_config_is_refused_and_locked(tmp_path, capsys):
+    path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1"))
+    out = tmp_path / "out"
+    assert main(["ablate", str(path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["ablate", str(path), "--out", str(out), "--set", "lr=0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds the runs of another config (differs in: lr)" in err and "--out" in err
+    assert main(["ablate", str(path), "--out", str(out), "--resume"]) == 0  # nothing left
+    capsys.readouterr()
+    lock = runs.Lock(out)
+    lock.acquire()
+    try:
+        assert main(["ablate", str(path), "--out", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert "another plugdrop ablate is writing into this folder" in err
+        assert err.count("\n") == 1
+    finally:
+        lock.release()
+
+
+def test_a_crashing_run_does_not_stop_the_others(tmp_path, capsys):
+    text = SMALL.replace("epochs: 2", "epochs: 1") + (
+        "  explode:\n    - {layers: fc, transform: ScaleGrad, factor: 1.0e+30}\n"
+        "  last:\n    - {layers: \"layer2.*\", transform: Dropout2d, p: 0.1}\n")
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 1
+    failed = json.loads((out / "runs" / "explode__s0" / "failed.json").read_text())
+    assert failed["type"] == "FloatingPointError" and "nan" in failed["error"].lower()
+    assert (out / "runs" / "last__s0" / "done.json").exists()
+    assert "run explode__s0 failed" in capsys.readouterr().err
+
+
+def test_bf16_ema_grad_accum_and_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    text = SMALL.replace("epochs: 2", "epochs: 2\namp: bf16\nema: 0.9\ngrad_accum: 2\n"
+                         "optimizer: adamw\nlr: 1e-3\nwarmup_epochs: 1\nclip_grad: 5.0\n"
+                         "channels_last: true\nlog: [tensorboard]")
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    recs = metrics(out, "dropblock__s0")
+    assert recs[-1]["step"] == 2 * (1438 // 128)  # grad_accum keeps the global batch
+    assert 0.0 <= recs[-1]["val_acc_ema"] <= 1.0 and recs[-1]["train_loss"] < 2.5
+    # one epoch of warm-up, then the cosine from the start: half-way at the end of epoch 1
+    assert recs[0]["lr"] == pytest.approx(0.5e-3, rel=0.05)
+    tb = out / "runs" / "dropblock__s0" / "tb"
+    acc = EventAccumulator(str(tb))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert {"loss/train", "acc/val", "acc/val_ema", "lr"} <= set(tags)
+    assert "values/DropBlock@layer1.*/p" in tags and "watch/layer1.0/drop_frac" in tags
+    assert [e.step for e in acc.Scalars("acc/val")] == [1, 2]
+    assert acc.Scalars("acc/val")[-1].value == pytest.approx(recs[-1]["val_acc"])
+
+
+DRY = [
+    ("- {layers: \"layer1.*\", transform: DropBlock, p: 0.1, block_size: 3}",
+     "- {layers: \"layer1.2\", transform: ClipGradNorm, max_norm: 1.0, where: params}",
+     "no parameters"),
+    ("- {layers: \"layer1.*\", transform: DropBlock, p: 0.1, block_size: 3}",
+     "- {layers: fc, transform: DropBlock, p: 0.1, block_size: 3}", "the dry training step"),
+    ("- {layers: \"layer1.*\", transform: DropBlock, p: 0.1, block_size: 3}",
+     "- {layers: \"layer1.0\", transform: DropBlock, p: 0.1, layout: tokens}",
+     "the dry training step"),
+    ("- {layers: \"layer1.*\", transform: DropBlock, p: 0.1, block_size: 3}",
+     "- {layers: \"layer9.*\", transform: DropBlock, p: 0.1, block_size: 3}",
+     "matched no module"),
+]
+
+
+@pytest.mark.parametrize("old,new,message", DRY, ids=["params-no-params", "dropblock-fc",
+                                                      "tokens-on-cnn", "no-match"])
+def test_dry_step_fails_before_training(tmp_path, capsys, old, new, message):
+    path = write(tmp_path, SMALL.replace(old, new))
+    out = tmp_path / "out"
+    assert main(["ablate", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"plugdrop ablate: {path}:12:") and message in err, err
+    assert err.count("\n") == 1 and not (out / "runs").exists()
+
+
+@pytest.mark.parametrize("extra,where,message", [
+    ("watch: \"layr1.*\"", ":8:", "watch:"),
+    ("model_kwargs: {widht: 4}", ":8:", "widht"),
+    ("gradcam: {layer: layr1}", ":8:", "gradcam layer"),
+])
+def test_dry_step_names_the_setting(tmp_path, capsys, extra, where, message):
+    path = write(tmp_path, SMALL.replace("gradcam: false\n", extra + "\n"))
+    assert main(["ablate", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}{where}" in err and message in err, err
+
+
+def test_torchrun_global_batch_and_errors_once(tmp_path):
+    out = tmp_path / "out"
+    path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1").replace(
+        "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
+        "block_size: 3}\n", ""))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", "-m", "plugdrop", "ablate", str(path), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "x 2 processes" in proc.stdout and proc.stdout.count("runs finished") == 1
+    assert metrics(out, "baseline__s0")[-1]["step"] == 1438 // 128  # the global batch
+    bad = subprocess.run(cmd[:-2] + ["--out", str(tmp_path / "o2"), "--set", "seeds=[true]"],
+                         capture_output=True, text=True, env=env(), timeout=300)
+    assert bad.stderr.count("seeds must be a list of integers") == 1, bad.stderr
+    assert "Traceback" not in bad.stderr, bad.stderr[-3000:]
+
+
+def test_report_command(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1"))),
+                 "--out", str(out)]) == 0
+    (out / "results.csv").unlink()
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert (out / "results.csv").exists() and "baseline" in capsys.readouterr().out
+    assert main(["report", str(tmp_path)]) == 2
+
+
+def test_finetune_on_an_image_folder_with_a_corrupt_image(tmp_path, capsys):
+    """Fine-tuning from a checkpoint file the test saved, on an ImageFolder tree written here
+    (one image corrupt: skipped and counted), with timm augmentation and workers."""
+    import timm
+    import torch
+    from _gen import image_folder
+
+    root = image_folder(tmp_path / "imgs", per_class=10, corrupt=1)
+    ckpt = tmp_path / "r10.pth"
+    torch.manual_seed(0)
+    torch.save(timm.create_model("resnet10t", num_classes=5).state_dict(), ckpt)
+    text = f"""\
+model: resnet10t
+pretrained: {ckpt}
+data: {root}
+image_size: 16
+bad_images: skip
+workers: 1
+augment: {{hflip: 0.5, scale: [0.5, 1.0]}}
+epochs: 1
+batch_size: 8
+seeds: [0]
+device: cpu
+variants:
+  baseline: []
+  dropblock:
+    - {{layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}}
+"""
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    man = json.loads((out / "ablation.json").read_text())
+    assert man["data"]["classes"] == ["cat", "dog", "eel"]
+    assert man["config"]["pretrained"] == str(ckpt)
+    state = torch.load(out / "runs" / "baseline__s0" / "checkpoint.pt", weights_only=False)
+    assert state["model"]["fc.weight"].shape[0] == 3  # the head was reset to 3 classes
+    assert metrics(out, "dropblock__s0")[-1]["epoch"] == 1
+    # without skip, the corrupt file is named in one line
+    assert main(["ablate", str(write(tmp_path, text.replace("bad_images: skip",
+                                                            "bad_images: error"))),
+                 "--out", str(tmp_path / "out2")]) != 0
+    assert "bad0.png" in capsys.readouterr().err
+
+
+def test_gradcam_layer_has_a_map_of_4x4_and_takes_tokens(tmp_path):
+    import timm
+    import torch
+
+    from plugdrop.ablate import config as C
+    from plugdrop.ablate.data import DataSets
+    from plugdrop.ablate.train import Dist, gradcam_layer, save_gradcam
+
+    cfg = C.load(write(tmp_path, "model: resnet10t\nvariants:\n  a:\n    - {layers: \"layer*\", "
+                       "transform: Dropout2d, p: 0.1}\n"))
+    cnn = timm.create_model("resnet10t", num_classes=3).eval()
+    # at 32 px layer4 is 1x1 and layer3 2x2: the last regularized map of at least 4x4 is layer2
+    assert gradcam_layer(cfg, cnn, torch.zeros(1, 3, 32, 32)) == "layer2"
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=64, depth=2, num_classes=3).eval()
+    cfg = C.load(write(tmp_path, "model: vit\nvariants:\n  a:\n    - {layers: \"blocks.*\", "
+                       "transform: DropPath, p: 0.1}\n"))
+    x = torch.rand(2, 3, 64, 64)
+    assert gradcam_layer(cfg, vit, x) == "blocks.1"  # (B, 1 + 4x4, C) tokens
+    data = DataSets(torch.utils.data.TensorDataset(x, torch.tensor([0, 1])),
+                    torch.utils.data.TensorDataset(x, torch.tensor([0, 1])),
+                    ["a", "b", "c"], "t", True, lambda: 0)
+    assert save_gradcam(cfg, vit, data, Dist(), tmp_path / "cam.png") == "blocks.1"
+    assert (tmp_path / "cam.png").read_bytes()[:4] == b"\x89PNG"
