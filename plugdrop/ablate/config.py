@@ -18,7 +18,7 @@ import inspect
 import itertools
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _suggest(name: Any, options: Sequence[str] | Mapping[str, Any]) -> str:
+def _suggest(name: Any, options: Iterable[Any]) -> str:
     close = difflib.get_close_matches(str(name), [str(o) for o in options], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -457,7 +457,7 @@ def _check_option(key: str, value: Any, loc: Loc | None) -> Any:
             value = {}
         need(isinstance(value, Mapping), "a mapping of keyword arguments, e.g. {drop_rate: 0.1}")
     elif key == "pretrained":
-        need(value is None or isinstance(value, bool) or (isinstance(value, str) and value),
+        need(value is None or isinstance(value, bool) or (isinstance(value, str) and bool(value)),
              "true (timm's cache), false, or the path of a checkpoint file")
         if value is False:
             value = None

@@ -226,7 +226,7 @@ def _factory(name: str) -> Callable[..., Any]:
         close = difflib.get_close_matches(attr, public, n=3, cutoff=0.6)
         raise ConfigError(f"model {name!r}: {module_name} has no callable {attr!r}"
                           + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ""))
-    return factory  # type: ignore[no-any-return]
+    return factory
 
 
 def _classifier_names(model: nn.Module) -> set[str]:

@@ -46,7 +46,7 @@ def on_rank0(d: Dist, fn: Callable[[], T]) -> T:
         result, error = box
     if error is not None:
         raise ConfigError(error)
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def agree(d: Dist, fn: Callable[[], T]) -> T:
@@ -64,7 +64,7 @@ def agree(d: Dist, fn: Callable[[], T]) -> T:
         error = next((e for e in errors if e), None)
     if error is not None:
         raise ConfigError(error)
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def versions() -> dict[str, str]:
@@ -236,7 +236,7 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
     todo = []
     for v, s in cfg.runs():
         rd = runs.RunDir(out, v, s)
-        status = on_rank0(d, lambda rd=rd: rd.status)
+        status: str = on_rank0(d, lambda rd=rd: rd.status)  # type: ignore[misc]
         if status == "finished":
             outcome.skipped.append(rd.id)
         else:

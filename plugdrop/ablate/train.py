@@ -288,7 +288,7 @@ class Trainer:
         steps = len(probe) // cfg.grad_accum
         if steps < 1:
             raise ConfigError(f"{cfg.loc('batch_size')}: batch_size {cfg.batch_size} x "
-                              f"grad_accum is more than the {len(data.train)} training images "
+                              f"grad_accum is more than the {len(data.train)} training images "  # type: ignore[arg-type]
                               f"(one optimizer step needs a full batch); lower batch_size")
         total = steps * cfg.epochs
         scaler = torch.amp.GradScaler(d.device.type, enabled=cfg.amp == "fp16")
@@ -321,7 +321,8 @@ class Trainer:
             sched_name, extra = "step", {"decay_epochs": 10 * cfg.epochs + 1,
                                          "decay_rate": 1.0}
         scheduler, _ = timm.scheduler.create_scheduler_v2(
-            optimizer, sched=sched_name, num_epochs=cfg.epochs, warmup_epochs=cfg.warmup_epochs,
+            optimizer, sched=sched_name, num_epochs=cfg.epochs,
+            warmup_epochs=cfg.warmup_epochs,  # type: ignore[arg-type]  # fractional epochs work
             warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr, step_on_epochs=False,
             updates_per_epoch=steps, **extra)
         for h in handles:
