@@ -571,24 +571,11 @@ def _one_line(e: BaseException) -> str:
 
 
 def _output_shapes(model: nn.Module, x: torch.Tensor, names: list[str]) -> dict[str, tuple]:
-    shapes: dict[str, tuple] = {}
-    mods = dict(model.named_modules())
-    hooks = []
-    for name in names:
-        def hook(mod: nn.Module, inp: Any, out: Any, name: str = name) -> None:
-            if isinstance(out, torch.Tensor) and name not in shapes:
-                shapes[name] = tuple(out.shape)
-        hooks.append(mods[name].register_forward_hook(hook))
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-        model.train(was)
-    return shapes
+    """The output shape of each named module whose output is one tensor, from one eval
+    forward of ``x`` (:func:`plugdrop.layers`)."""
+    wanted = set(names)
+    return {r.name: r.shape for r in pd.layers(model, x)
+            if r.name in wanted and r.shape is not None}
 
 
 def _map_size(shape: tuple, prefix_tokens: int) -> int:

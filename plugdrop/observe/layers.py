@@ -24,6 +24,7 @@ class LayerRow(NamedTuple):
     output: str    #: what the module returned in the dry forward, e.g. "Tensor(1, 64, 8, 8)"
     called: bool   #: whether the dry forward called the module at all
     picked: bool   #: whether ``selector`` picks it
+    shape: tuple[int, ...] | None = None  #: the output's shape when it is one tensor
 
 
 class LayerTable(list):
@@ -81,9 +82,10 @@ def layers(model: nn.Module, *inputs: Any, selector: Selector | None = None,
         depth = 0 if entry.name == "" else entry.name.count(".") + 1
         if max_depth is not None and depth > max_depth:
             continue
+        out = shapes.get(entry.name)
         rows.append(LayerRow(entry.name, type(entry.module).__name__, depth,
-                             shapes.get(entry.name, ""), entry.name in shapes,
-                             entry.name in picked))
+                             out[0] if out else "", out is not None, entry.name in picked,
+                             out[1] if out else None))
     title = f"{type(model).__name__}: {len(rows)} modules"
     if selector is not None:
         title += f"; * = picked ({len(picked)})"
@@ -97,16 +99,18 @@ class _Shapes(Observer):
     whole = True
 
     def __init__(self) -> None:
-        self.shapes: dict[str, str] = {}
+        self.shapes: dict[str, tuple[str, tuple[int, ...] | None]] = {}
 
     def __repr__(self) -> str:
         return "layers()"
 
     def on_value(self, layer: str, module: nn.Module, value: Any) -> None:
-        self.shapes[layer] = _attach.describe(value)
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else None
+        self.shapes[layer] = (_attach.describe(value), shape)
 
 
-def _output_shapes(model: nn.Module, inputs: tuple, kwargs: dict) -> dict[str, str]:
+def _output_shapes(model: nn.Module, inputs: tuple, kwargs: dict
+                   ) -> dict[str, tuple[str, tuple[int, ...] | None]]:
     """Canonical name -> description of its output, from one forward in eval mode without
     gradients (modules not called are absent); the training flag is restored."""
     shapes = _Shapes()
