@@ -309,3 +309,21 @@ def test_gradcam_layer_has_a_map_of_4x4_and_takes_tokens(tmp_path):
                     ["a", "b", "c"], "t", True, lambda: 0)
     assert save_gradcam(cfg, vit, data, Dist(), tmp_path / "cam.png") == "blocks.1"
     assert (tmp_path / "cam.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
+    """A ManifoldMixup variant trains through the runner (the handle's loss mixes targets)
+    and its scheduled values are recorded per epoch."""
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text(
+        "model: tinynet:make\nimage_size: 16\nepochs: 1\nbatch_size: 128\nseeds: [0]\n"
+        "gradcam: false\nvariants:\n  baseline: []\n"
+        "  manifold-mixup:\n"
+        "    - {layers: ['', 'layer1', 'layer2.0'], transform: ManifoldMixup, alpha: 2.0}\n")
+    out = tmp_path / "out"
+    assert main(["ablate", str(cfg), "--out", str(out)]) == 0
+    assert "manifold-mixup" in capsys.readouterr().out
+    (line,) = (out / "runs" / "manifold-mixup__s0" / "metrics.jsonl").read_text().splitlines()
+    values = json.loads(line)["values"]
+    assert values == {"ManifoldMixup@,layer1,layer2.0/alpha": 2.0,
+                      "ManifoldMixup@,layer1,layer2.0/prob": 1.0}
