@@ -25,7 +25,7 @@ import torch
 from . import _checks, _layout
 from ._device import PerDevice
 from ._kernels import autograd as KA
-from ._kernels import dense, draws, geometry
+from ._kernels import cext, dense, draws, geometry
 from .errors import SettingError, ShapeError
 
 __all__ = [
@@ -144,12 +144,18 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
         scale = _ONE.get(view.device)
     valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
     n_seeds = b * channels * math.prod(valid)
+    if (rescale != "count" and gamma <= draws.SPARSE_MAX_GAMMA and KA.fused_applies(view)
+            and not torch.compiler.is_compiling()):
+        # The fused kernel draws the seeds from a key taken from torch's generator: one pass
+        # over x, and 16 bytes saved for the backward.
+        meta = (channels, valid, blocks, cext.threshold(gamma))
+        return restore(KA.HashedBlockDrop.apply(view, scale, cext.draw_key(), meta))
     if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
-            and (channels == c or KA.fused_available())):
+            and channels == c):
         # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
         seeds = draws.sparse_seeds(n_seeds, gamma)
-        out = KA.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, channels,
-                                             valid, blocks)
+        out = KA.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds,
+                                       (channels, valid, blocks))
         return restore(out)
     keep = ~dense.block_dropped(b, channels, sizes, blocks, gamma, view.device)
     if rescale == "expected":
@@ -158,7 +164,7 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
         # The paper's normalization over the whole tensor (a mask broadcast over channels or
         # whole axes has the same kept ratio).
         scale = float(keep.numel()) / keep.sum(dtype=torch.float32).clamp(min=1.0)
-    return restore(KA.MaskMul.apply(view, keep, scale))
+    return restore(KA.MaskMul.apply(view, keep, scale, None))
 
 
 _ONE = PerDevice(1.0)
@@ -235,7 +241,7 @@ def _dropout(x: torch.Tensor, p: Number) -> torch.Tensor:
         return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
     keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
     scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
-    return KA.MaskMul.apply(x, keep, scale)
+    return KA.MaskMul.apply(x, keep, scale, None)
 
 
 def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,

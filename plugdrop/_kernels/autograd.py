@@ -1,8 +1,15 @@
 """Autograd functions that save as little as possible for the backward, and the sparse
 block-zeroing (fused C kernel or torch ops). Private.
 
-``SparseBlockDrop`` saves the seeds of the dropped blocks (a few bytes per block) and
-regenerates the mask in the backward; ``MaskMul`` saves a boolean mask (1 byte per element).
+Each multiplies ``x`` by a mask (a diagonal Jacobian), so its backward and its forward-mode
+derivative are the same masking applied to the gradient or the tangent, through the Function
+itself: they are differentiable again (double backward, Hessian-vector products) and work
+under ``torch.func.jvp``, while what is saved stays small:
+
+- ``HashedBlockDrop`` saves the two key words of the fused kernel's generator (16 bytes) and
+  regenerates the mask in the backward;
+- ``SparseBlockDrop`` saves the seeds of the dropped blocks (a few bytes per block);
+- ``MaskMul`` saves a boolean mask (1 byte per element).
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
+from typing import Any
 
 from . import cext
 
@@ -62,21 +69,45 @@ def _dense_copy(t: torch.Tensor) -> torch.Tensor:
     return t if _dense_strides(t) else t.contiguous()
 
 
-class SparseBlockDrop(torch.autograd.Function):
-    """``out = x * scale`` with the blocks of ``seeds`` zeroed; the backward regenerates the
-    zeroed positions from the saved seeds (a few bytes per block, not a mask)."""
+class _Masking(torch.autograd.Function):
+    """``out = op(x, a, b, meta)``, linear in ``x`` with a diagonal Jacobian; ``a`` and ``b``
+    are the (small) tensors the op needs, ``meta`` a tuple of Python values. Subclasses define
+    ``forward(x, a, b, meta)``."""
 
     @staticmethod
-    def forward(ctx, x, scale, seeds, channels, valid, blocks):
-        ctx.save_for_backward(scale, seeds)
-        ctx.geometry = (channels, valid, blocks)
-        return sparse_block_drop(x, scale, seeds, channels, valid, blocks)
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        _, a, b, meta = inputs
+        ctx.save_for_backward(a, b)
+        ctx.save_for_forward(a, b)
+        ctx.meta = meta
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        scale, seeds = ctx.saved_tensors
-        return sparse_block_drop(grad, scale, seeds, *ctx.geometry), None, None, None, None, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        a, b = ctx.saved_tensors
+        return ctx._forward_cls.apply(grad, a, b, ctx.meta), None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, x_t: torch.Tensor, *_: Any) -> torch.Tensor:
+        a, b = ctx.saved_tensors
+        return ctx._forward_cls.apply(x_t, a, b, ctx.meta)
+
+
+class SparseBlockDrop(_Masking):
+    """``out = x * scale`` with the blocks of ``seeds`` zeroed (``meta``: channels, valid,
+    blocks); the backward regenerates the zeroed positions from the saved seeds."""
+
+    @staticmethod
+    def forward(x, scale, seeds, meta):
+        return sparse_block_drop(x, scale, seeds, *meta)
+
+
+class HashedBlockDrop(_Masking):
+    """``out = x * scale`` with the blocks of the seeds the fused kernel draws from ``key``
+    zeroed (``meta``: channels, valid, blocks, threshold); the backward redraws them."""
+
+    @staticmethod
+    def forward(x, scale, key, meta):
+        return hashed_block_drop(x, scale, key, *meta)
 
 
 #: Use the fused C kernel when available (tests switch it off to compare the two paths).
@@ -87,29 +118,39 @@ def fused_available() -> bool:
     return USE_CEXT and cext.library() is not None
 
 
+def fused_applies(x: torch.Tensor) -> bool:
+    """Whether the fused kernel will run on ``x``."""
+    return USE_CEXT and cext.applies(x)
+
+
 def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor, channels: int,
                       valid: tuple[int, ...], blocks: tuple[int, ...]) -> torch.Tensor:
-    """``x * scale`` with the blocks of ``seeds`` zeroed: the fused C kernel where it applies,
-    else torch ops. Both give the same result for the same seeds."""
-    if USE_CEXT and channels in (1, x.shape[1]):
-        out = cext.blockdrop(x, scale, seeds, blocks, shared=channels != x.shape[1])
-        if out is not None:
-            return out
+    """``x * scale`` with the blocks of ``seeds`` zeroed, in torch ops."""
     out = _dense_copy(x * scale)
     return _zero_blocks(out, seeds, channels, valid, blocks)
 
 
-class MaskMul(torch.autograd.Function):
+def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, channels: int,
+                      valid: tuple[int, ...], blocks: tuple[int, ...],
+                      thresh: int) -> torch.Tensor:
+    """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words) zeroed:
+    the fused kernel, or, where it does not apply to ``x`` (a gradient in another layout), the
+    same seeds from the generator's torch-op definition."""
+    k0, k1 = key.tolist()
+    k = (k0, k1)
+    shared = channels != x.shape[1]
+    if USE_CEXT:
+        out = cext.blockdrop(x, scale, k, thresh, blocks, shared=shared)
+        if out is not None:
+            return out
+    seeds = cext.hashed_seeds(k, thresh, x.shape[0] * channels * math.prod(valid))
+    return sparse_block_drop(x, scale, seeds, channels, valid, blocks)
+
+
+class MaskMul(_Masking):
     """``out = x * where(keep, scale, 0)`` saving the boolean ``keep`` (1 byte per element)
     and the small ``scale`` for the backward, instead of a float multiplier."""
 
     @staticmethod
-    def forward(ctx, x, keep, scale):
-        ctx.save_for_backward(keep, scale)
+    def forward(x, keep, scale, meta=None):
         return x * torch.where(keep, scale, 0).to(x.dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        keep, scale = ctx.saved_tensors
-        return grad * torch.where(keep, scale, 0).to(grad.dtype), None, None

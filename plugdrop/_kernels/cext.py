@@ -1,5 +1,9 @@
 """The optional fused CPU kernel for sparse DropBlock (``_csrc/blockdrop.c``). Private.
 
+The kernel draws the seeds itself from a counter-based generator keyed by two 32-bit words that
+:func:`draw_key` takes from torch's generator (so ``torch.manual_seed`` reproduces the mask and
+checkpointing replays it); :func:`hashed_seeds` is the same generator in torch ops.
+
 Built at first use with the system C compiler (``cc``; a fraction of a second, no PyTorch
 headers) into a per-user cache, and loaded with ctypes. Where no compiler is found, the build
 fails, or ``PLUGDROP_NO_CEXT=1`` is set, :func:`blockdrop` returns ``None`` and plugdrop uses
@@ -92,7 +96,7 @@ def _build() -> ctypes.CDLL | None:
     fn = lib.plugdrop_blockdrop
     i64 = ctypes.c_int64
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64, i64,
+                   ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                    i64, i64, i64, ctypes.c_int, ctypes.c_int]
     fn.restype = ctypes.c_int
     return lib
@@ -137,11 +141,48 @@ def _sample_layout(t: torch.Tensor) -> int | None:
     return None
 
 
-def blockdrop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
+def applies(x: torch.Tensor) -> bool:
+    """Whether :func:`blockdrop` can run on ``x`` (dtype, device, rank and memory layout)."""
+    return (x.dtype in _DTYPES and x.device.type == "cpu" and 3 <= x.dim() <= 5
+            and _sample_layout(x) is not None and library() is not None)
+
+
+def draw_key() -> torch.Tensor:
+    """Two 32-bit words (int64) from torch's default CPU generator: the key of one mask."""
+    return torch.randint(0, 2**32, (2,), dtype=torch.int64)
+
+
+def threshold(gamma: float) -> int:
+    """A seed-grid position is a seed iff its 32-bit hash is below this."""
+    return min(max(round(gamma * 2.0**32), 0), 2**32 - 1)
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix(v: torch.Tensor) -> torch.Tensor:
+    """Wellons' lowbias32 on int64 tensors holding 32-bit values (products wrap mod 2**64)."""
+    v = v ^ (v >> 16)
+    v = (v * 0x7FEB352D) & _M32
+    v = v ^ (v >> 15)
+    v = (v * 0x846CA68B) & _M32
+    return v ^ (v >> 16)
+
+
+def hashed_seeds(key: tuple[int, int], thresh: int, total: int) -> torch.Tensor:
+    """The seeds the kernel draws among ``total`` seed-grid positions, sorted, int64: the
+    reference definition of its generator in torch ops (the kernel's fallback and the tests')."""
+    n = torch.arange(total, dtype=torch.int64)
+    h = _mix(_mix((n & _M32) ^ key[0]) ^ (n >> 32) ^ key[1])
+    return torch.nonzero(h < thresh).view(-1)
+
+
+def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int], thresh: int,
               blocks: tuple[int, ...], shared: bool = False) -> torch.Tensor | None:
-    """``x * scale`` with the seeds' blocks zeroed, as one fused pass; ``None`` if the fused
-    kernel does not apply (dtype, layout, device) or is unavailable. With ``shared``, seeds
-    index a ``(B, 1, *valid)`` grid and drop their block in every channel."""
+    """``x * scale`` with the blocks of the seeds drawn from ``key`` zeroed, as one fused pass;
+    ``None`` if the fused kernel does not apply (dtype, layout, device) or is unavailable. With
+    ``shared``, seeds are drawn on a ``(B, 1, *valid)`` grid and drop their block in every
+    channel."""
     dtype = _DTYPES.get(x.dtype)
     if dtype is None or x.device.type != "cpu" or x.dim() < 3 or x.dim() > 5:
         return None
@@ -165,10 +206,11 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
         out = torch.empty_strided(shape, strides, dtype=x.dtype)
     sizes = (1,) * (5 - x.dim()) + tuple(x.shape[2:])
     bsz = (1,) * (5 - x.dim()) + tuple(blocks)
-    scale = scale.to(x.dtype).expand(x.shape[2:]).contiguous()
-    seeds = seeds.contiguous()
+    if scale.dim() or scale.dtype != x.dtype:
+        scale = scale.to(x.dtype)
+    scale = scale.expand(x.shape[2:]).contiguous()
     status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
-                                    out.data_ptr(), scale.data_ptr(), seeds.data_ptr(),
-                                    seeds.numel(), x.shape[0], x.stride(0), out.stride(0),
+                                    out.data_ptr(), scale.data_ptr(), key[0], key[1], thresh,
+                                    x.shape[0], x.stride(0), out.stride(0),
                                     x.shape[1], *sizes, *bsz, layout, int(shared))
     return out if status == 0 else None

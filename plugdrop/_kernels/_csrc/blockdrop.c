@@ -1,87 +1,108 @@
 /* plugdrop: fused sparse DropBlock for CPU tensors.
  *
- * out = x * scale (scale broadcast over batch and channels), then the block of every seed is
- * zeroed while its map is still in cache: one pass over memory instead of a multiply followed
- * by a scattered fill. Built at first use by plugdrop/_cext.py; the torch-op path in
- * plugdrop/_kernels.py computes the same result from the same seeds.
+ * out = x * scale (scale broadcast over batch and channels), with the block of every seed
+ * zeroed while its map is still in cache: one pass over memory. The seeds are drawn inside the
+ * kernel from a counter-based generator (below), keyed by two 32-bit words that plugdrop draws
+ * from torch's generator, so torch.manual_seed reproduces every mask, activation checkpointing
+ * replays it, and the backward regenerates it from the key alone.
+ *
+ * The generator: seed-grid position n (a 64-bit counter over the flattened (B, C, Dv, Hv, Wv)
+ * grid, or (B, 1, Dv, Hv, Wv) with shared != 0) is a seed iff
+ *     h(n) = mix(mix(lo(n) ^ k0) ^ hi(n) ^ k1) < threshold
+ * where mix is Wellons' "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d;
+ * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16) and threshold = round(gamma * 2**32).
+ * plugdrop/_kernels/cext.py has the same definition in torch ops (the reference).
  *
  * Layout of one sample (the batch stride may differ between x and out):
  *   channels_last == 0:  [C][D][H][W]   (maps contiguous)
  *   channels_last == 1:  [D][H][W][C]   (channels innermost)
  * 1D and 2D maps are passed as 3D with leading sizes of 1.
- * Seeds index the flattened (B, C, Dv, Hv, Wv) seed grid (or (B, 1, Dv, Hv, Wv) with
- * shared != 0: one mask for all channels of a sample), sorted ascending; each is the corner of
- * a bd x bh x bw block.
  */
-#include <pthread.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 #include <stdint.h>
 #include <stdlib.h>
 
+#define CHUNK 256
+
+static inline uint32_t mix(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+    return x;
+}
+
+typedef struct {
+    uint32_t k0, k1, threshold;
+} rng_t;
+
+/* Seeds among positions first .. first + count - 1 of the seed grid, as offsets from first,
+ * into hits; returns how many. Hashes a chunk at a time (vectorized), then scans only the
+ * chunks that hold a seed. */
+static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits) {
+    uint32_t h[CHUNK];
+    int64_t nh = 0;
+    for (int64_t c0 = 0; c0 < count; c0 += CHUNK) {
+        const int64_t len = count - c0 < CHUNK ? count - c0 : CHUNK;
+        const uint64_t base = (uint64_t)(first + c0);
+        /* positions of a chunk may straddle a 2**32 boundary: per-element hi word */
+        const uint32_t k0 = g->k0, k1 = g->k1, t = g->threshold;
+        uint32_t any = 0;
+        for (int64_t i = 0; i < len; ++i) {
+            const uint64_t n = base + (uint64_t)i;
+            uint32_t v = mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
+            h[i] = v;
+            any |= (uint32_t)(v < t);
+        }
+        if (!any) continue;
+        for (int64_t i = 0; i < len; ++i)
+            if (h[i] < t) hits[nh++] = c0 + i;
+    }
+    return nh;
+}
+
 typedef struct {
     const void *x;
     void *out;
     const void *scale;
-    const int64_t *seeds;
-    int64_t nseeds;
+    rng_t rng;
     int64_t x_bstride, out_bstride;
     int64_t C, D, H, W, bd, bh, bw;
     int channels_last;
-    int shared; /* seeds index a (B, 1, Dv, Hv, Wv) grid: one mask for all channels */
+    int shared;
     int64_t u0, u1; /* work units: maps (b, c) if channels-first, samples if channels-last */
     int failed;
 } job_t;
 
-static int64_t first_seed(const int64_t *seeds, int64_t n, int64_t value) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (seeds[mid] < value) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-}
-
 #define DEFINE_KERNEL(NAME, T)                                                                \
-static void *NAME(void *arg) {                                                                 \
-    job_t *job = (job_t *)arg;                                                                 \
+static void NAME(job_t *job) {                                                                 \
     const int64_t C = job->C, H = job->H, W = job->W;                                          \
     const int64_t bd = job->bd, bh = job->bh, bw = job->bw;                                    \
     const int64_t Dv = job->D - bd + 1, Hv = H - bh + 1, Wv = W - bw + 1;                      \
     const int64_t S = job->D * H * W, V = Dv * Hv * Wv;                                        \
-    const int64_t nseeds = job->nseeds;                                                        \
-    const int64_t *seeds = job->seeds;                                                         \
+    const int shared = job->shared;                                                            \
     const T *restrict scale = (const T *)job->scale;                                           \
-    /* seed-grid index within a map -> offset of the block corner within the map */           \
-    int64_t *corner = (int64_t *)malloc((size_t)V * sizeof(int64_t));                          \
-    if (!corner) { job->failed = 1; return 0; }                                                \
-    for (int64_t r = 0, d = 0; d < Dv; ++d)                                                    \
-        for (int64_t h = 0; h < Hv; ++h)                                                       \
-            for (int64_t w = 0; w < Wv; ++w) corner[r++] = (d * H + h) * W + w;               \
-    if (!job->channels_last) {                                                                 \
-        /* map by map: a map is still in L1 when its blocks are zeroed */                      \
-        const int shared = job->shared;                                                        \
-        int64_t s = first_seed(seeds, nseeds, (shared ? job->u0 / C : job->u0) * V);           \
-        for (int64_t m = job->u0; m < job->u1; ++m) {                                          \
-            const int64_t b = m / C, c = m - b * C;                                            \
+    const int64_t per = job->channels_last && !shared ? C * V : V;                             \
+    int64_t *hits = (int64_t *)malloc((size_t)(per + 1) * sizeof(int64_t));                    \
+    if (!hits) { job->failed = 1; return; }                                                    \
+    for (int64_t u = job->u0; u < job->u1; ++u) {                                              \
+        if (!job->channels_last) {                                                             \
+            /* map by map: a map is still in L1/L2 when its blocks are zeroed */               \
+            const int64_t b = u / C, c = u - b * C;                                            \
             const T *restrict xm = (const T *)job->x + b * job->x_bstride + c * S;             \
             T *restrict om = (T *)job->out + b * job->out_bstride + c * S;                     \
             for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];                          \
-            const int64_t first = (shared ? b : m) * V, end = first + V;                       \
-            if (shared) s = first_seed(seeds, nseeds, first);                                  \
-            for (; s < nseeds && seeds[s] < end; ++s) {                                        \
-                const int64_t base = corner[seeds[s] - first];                                 \
+            const int64_t nh = draw(&job->rng, (shared ? b : u) * V, V, hits);                 \
+            for (int64_t k = 0; k < nh; ++k) {                                                 \
+                const int64_t r = hits[k], w0 = r % Wv, h0 = (r / Wv) % Hv, d0 = r / (Wv * Hv); \
+                const int64_t base = (d0 * H + h0) * W + w0;                                   \
                 for (int64_t d = 0; d < bd; ++d)                                               \
                     for (int64_t h = 0; h < bh; ++h) {                                         \
                         T *restrict o = om + base + (d * H + h) * W;                           \
                         for (int64_t w = 0; w < bw; ++w) o[w] = 0;                             \
                     }                                                                          \
             }                                                                                  \
-        }                                                                                      \
-    } else {                                                                                   \
-        int64_t s = first_seed(seeds, nseeds, job->u0 * (job->shared ? 1 : C) * V);           \
-        for (int64_t b = job->u0; b < job->u1; ++b) {                                          \
+        } else {                                                                               \
+            const int64_t b = u;                                                               \
             const T *restrict x = (const T *)job->x + b * job->x_bstride;                      \
             T *restrict out = (T *)job->out + b * job->out_bstride;                            \
             for (int64_t i = 0; i < S; ++i) {                                                  \
@@ -90,14 +111,15 @@ static void *NAME(void *arg) {                                                  
                 T *restrict orow = out + i * C;                                                \
                 for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * sc;                          \
             }                                                                                  \
-            const int64_t per = job->shared ? V : C * V, first = b * per, end = first + per;   \
-            for (; s < nseeds && seeds[s] < end; ++s) {                                        \
-                const int64_t r = seeds[s] - first, c = job->shared ? 0 : r / V;               \
-                const int64_t base = corner[r - c * V];                                        \
+            const int64_t nh = draw(&job->rng, b * per, per, hits);                            \
+            for (int64_t k = 0; k < nh; ++k) {                                                 \
+                const int64_t c = shared ? 0 : hits[k] / V, r = hits[k] - c * V;               \
+                const int64_t w0 = r % Wv, h0 = (r / Wv) % Hv, d0 = r / (Wv * Hv);             \
+                const int64_t base = (d0 * H + h0) * W + w0;                                   \
                 for (int64_t d = 0; d < bd; ++d)                                               \
                     for (int64_t h = 0; h < bh; ++h) {                                         \
                         T *restrict o = out + (base + (d * H + h) * W) * C;                    \
-                        if (job->shared) {                                                     \
+                        if (shared) {                                                          \
                             for (int64_t i = 0; i < bw * C; ++i) o[i] = 0;                     \
                         } else {                                                               \
                             for (int64_t w = 0; w < bw; ++w) o[w * C + c] = 0;                 \
@@ -106,64 +128,58 @@ static void *NAME(void *arg) {                                                  
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    free(corner);                                                                              \
-    return 0;                                                                                  \
+    free(hits);                                                                                \
 }
 
 DEFINE_KERNEL(kernel_f32, float)
 DEFINE_KERNEL(kernel_f64, double)
 
-static void setup(job_t *j, const void *x, void *out, const void *scale, const int64_t *seeds,
-                  int64_t nseeds, int64_t x_bstride, int64_t out_bstride, int64_t C, int64_t D,
-                  int64_t H, int64_t W, int64_t bd, int64_t bh, int64_t bw, int channels_last,
-                  int shared, int64_t units, int t, int threads) {
-    j->x = x; j->out = out; j->scale = scale; j->seeds = seeds; j->nseeds = nseeds;
-    j->x_bstride = x_bstride; j->out_bstride = out_bstride;
-    j->C = C; j->D = D; j->H = H; j->W = W; j->bd = bd; j->bh = bh; j->bw = bw;
-    j->channels_last = channels_last;
-    j->shared = shared;
-    j->u0 = units * t / threads; j->u1 = units * (t + 1) / threads;
-    j->failed = 0;
-}
+/* Elements below which one thread does the whole call: waking a second thread costs more than
+ * it saves, and on a shared CPU a woken thread may wait a whole time slice for a core. */
+#define GRAIN 65536
 
 /* dtype: 0 = float32, 1 = float64. Returns 0 on success, -1 if out of memory.
  * Built with OpenMP, it runs on the OpenMP runtime PyTorch already loaded (same soname), so
  * it shares PyTorch's worker threads instead of competing with them. */
 int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const void *scale,
-                       const int64_t *seeds, int64_t nseeds, int64_t B, int64_t x_bstride,
+                       int64_t k0, int64_t k1, int64_t threshold, int64_t B, int64_t x_bstride,
                        int64_t out_bstride, int64_t C, int64_t D, int64_t H, int64_t W,
                        int64_t bd, int64_t bh, int64_t bw, int channels_last, int shared) {
-    void *(*kernel)(void *) = dtype == 0 ? kernel_f32 : kernel_f64;
+    void (*kernel)(job_t *) = dtype == 0 ? kernel_f32 : kernel_f64;
     const int64_t units = channels_last ? B : B * C;
     if (units <= 0) return 0;
-    if (threads < 1) threads = 1;
-    if (threads > 64) threads = 64;
+    const int64_t numel = B * C * D * H * W;
+    if (threads > numel / GRAIN) threads = (int)(numel / GRAIN);
     if (threads > units) threads = (int)units;
+    if (threads > 64) threads = 64;
+    if (threads < 1) threads = 1;
+    job_t proto;
+    proto.x = x; proto.out = out; proto.scale = scale;
+    proto.rng.k0 = (uint32_t)k0; proto.rng.k1 = (uint32_t)k1;
+    proto.rng.threshold = (uint32_t)threshold;
+    proto.x_bstride = x_bstride; proto.out_bstride = out_bstride;
+    proto.C = C; proto.D = D; proto.H = H; proto.W = W; proto.bd = bd; proto.bh = bh;
+    proto.bw = bw; proto.channels_last = channels_last; proto.shared = shared;
+    proto.failed = 0;
     int failed = 0;
+    if (threads == 1) {
+        proto.u0 = 0; proto.u1 = units;
+        kernel(&proto);
+        return proto.failed ? -1 : 0;
+    }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) reduction(|| : failed)
     {
-        job_t job;
-        setup(&job, x, out, scale, seeds, nseeds, x_bstride, out_bstride, C, D, H, W, bd, bh,
-              bw, channels_last, shared, units, omp_get_thread_num(), omp_get_num_threads());
+        job_t job = proto;
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        job.u0 = units * t / n; job.u1 = units * (t + 1) / n;
         kernel(&job);
         failed = failed || job.failed;
     }
 #else
-    job_t jobs[64];
-    pthread_t tids[64];
-    for (int t = 0; t < threads; ++t)
-        setup(&jobs[t], x, out, scale, seeds, nseeds, x_bstride, out_bstride, C, D, H, W, bd,
-              bh, bw, channels_last, shared, units, t, threads);
-    int spawned = 0;
-    for (int t = 1; t < threads; ++t) {
-        if (pthread_create(&tids[t], 0, kernel, &jobs[t]) != 0) break;
-        spawned = t;
-    }
-    kernel(&jobs[0]);
-    for (int t = spawned + 1; t < threads; ++t) kernel(&jobs[t]); /* could not spawn */
-    for (int t = 1; t <= spawned; ++t) pthread_join(tids[t], 0);
-    for (int t = 0; t < threads; ++t) failed = failed || jobs[t].failed;
+    proto.u0 = 0; proto.u1 = units;
+    kernel(&proto);
+    failed = proto.failed;
 #endif
     return failed ? -1 : 0;
 }
