@@ -129,3 +129,27 @@ def test_backward_saves_at_most_one_byte_per_element(make, path):
 def test_sparse_dropblock_saves_only_its_seeds():
     x = torch.randn(16, 64, 14, 14, requires_grad=True)
     assert _saved(lambda: drop_block(x, 0.1, 7)) < x.numel() * 0.05
+
+
+def _fixed_mask(fn):
+    def f(x):
+        with torch.random.fork_rng():
+            torch.manual_seed(9)
+            return fn(x)
+    return f
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("fmt", [None, torch.channels_last])
+def test_every_path_is_differentiable_twice_and_forward_mode(fused, path, shared, fmt):
+    x = torch.randn(3, 4, 9, 9, dtype=torch.float64)
+    if fmt is not None:
+        x = x.to(memory_format=fmt)
+    f = _fixed_mask(lambda t: drop_block(t, 0.2, 3, shared_channels=shared))
+    xr = x.clone().requires_grad_()
+    assert torch.autograd.gradgradcheck(f, (xr,), fast_mode=True)
+    v = torch.randn_like(x)
+    y, jv = torch.func.jvp(f, (x,), (v,))
+    assert torch.equal(jv, f(v))  # linear in x: the tangent is masked like x
+    (gx,) = torch.autograd.grad(f(xr), xr, v)
+    assert torch.equal(gx, jv)  # diagonal Jacobian: backward == forward-mode
