@@ -148,7 +148,7 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
             and not torch.compiler.is_compiling()):
         # The fused kernel draws the seeds from a key taken from torch's generator: one pass
         # over x, and 16 bytes saved for the backward.
-        meta = (channels, valid, blocks, cext.threshold(gamma))
+        meta = (channels, valid, blocks, cext.thresholds(gamma))
         return restore(KA.HashedBlockDrop.apply(view, scale, cext.draw_key(), meta))
     if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
             and channels == c):

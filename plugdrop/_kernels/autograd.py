@@ -141,7 +141,7 @@ def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
 
 def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, channels: int,
                       valid: tuple[int, ...], blocks: tuple[int, ...],
-                      thresh: int) -> torch.Tensor:
+                      thresh: tuple[int, ...]) -> torch.Tensor:
     """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words) zeroed:
     the fused kernel, or, where it does not apply to ``x`` (a gradient in another layout), the
     same seeds from the generator's torch-op definition."""

@@ -13,7 +13,9 @@ the torch-op path, which computes the same result from the same seeds.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -96,7 +98,7 @@ def _build() -> ctypes.CDLL | None:
     fn = lib.plugdrop_blockdrop
     i64 = ctypes.c_int64
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                   ctypes.c_void_p, i64, i64, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64,
                    i64, i64, i64, ctypes.c_int, ctypes.c_int]
     fn.restype = ctypes.c_int
     return lib
@@ -152,9 +154,18 @@ def draw_key() -> torch.Tensor:
     return torch.randint(0, 2**32, (2,), dtype=torch.int64)
 
 
-def threshold(gamma: float) -> int:
-    """A seed-grid position is a seed iff its 32-bit hash is below this."""
-    return min(max(round(gamma * 2.0**32), 0), 2**32 - 1)
+def _u32(prob: float) -> int:
+    return min(max(round(prob * 2.0**32), 0), 2**32 - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def thresholds(gamma: float) -> tuple[int, ...]:
+    """The generator's 32-bit thresholds for seed probability ``gamma`` (see
+    ``_csrc/blockdrop.c``): a group of 8 holds a seed; its first seed is position ``j``
+    (8 of them); a later position is a seed."""
+    log_q = math.log1p(-gamma) if gamma < 1.0 else -math.inf
+    first = [gamma / -math.expm1((8 - j) * log_q) if gamma > 0.0 else 0.0 for j in range(8)]
+    return (_u32(-math.expm1(8 * log_q)), *map(_u32, first), _u32(gamma))
 
 
 _M32 = 0xFFFFFFFF
@@ -169,15 +180,29 @@ def _mix(v: torch.Tensor) -> torch.Tensor:
     return v ^ (v >> 16)
 
 
-def hashed_seeds(key: tuple[int, int], thresh: int, total: int) -> torch.Tensor:
+def _hash(n: torch.Tensor, k0: int, k1: int) -> torch.Tensor:
+    return _mix(_mix((n & _M32) ^ k0) ^ (n >> 32) ^ k1)
+
+
+def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
+                 total: int) -> torch.Tensor:
     """The seeds the kernel draws among ``total`` seed-grid positions, sorted, int64: the
     reference definition of its generator in torch ops (the kernel's fallback and the tests')."""
-    n = torch.arange(total, dtype=torch.int64)
-    h = _mix(_mix((n & _M32) ^ key[0]) ^ (n >> 32) ^ key[1])
-    return torch.nonzero(h < thresh).view(-1)
+    k0, k1 = key
+    groups = torch.arange((total + 7) // 8, dtype=torch.int64)
+    groups = groups[_hash(groups, k0, k1) < thresh[0]]
+    n = groups[:, None] * 8 + torch.arange(8)
+    b = _hash(n, k1, k0)
+    firsts = b < torch.tensor(list(thresh[1:8]) + [2**32])  # the last position: certainly
+    first = firsts.int().argmax(1, keepdim=True)
+    j = torch.arange(8)
+    seed = (j == first) | ((j > first) & (b < thresh[9]))
+    n = n[seed]
+    return n[n < total]
 
 
-def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int], thresh: int,
+def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
+              thresh: tuple[int, ...],
               blocks: tuple[int, ...], shared: bool = False) -> torch.Tensor | None:
     """``x * scale`` with the blocks of the seeds drawn from ``key`` zeroed, as one fused pass;
     ``None`` if the fused kernel does not apply (dtype, layout, device) or is unavailable. With
@@ -210,7 +235,8 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int], thresh
         scale = scale.to(x.dtype)
     scale = scale.expand(x.shape[2:]).contiguous()
     status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
-                                    out.data_ptr(), scale.data_ptr(), key[0], key[1], thresh,
+                                    out.data_ptr(), scale.data_ptr(), key[0], key[1],
+                                    (ctypes.c_int64 * 10)(*thresh),
                                     x.shape[0], x.stride(0), out.stride(0),
                                     x.shape[1], *sizes, *bsz, layout, int(shared))
     return out if status == 0 else None

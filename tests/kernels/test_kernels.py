@@ -42,6 +42,24 @@ def test_sparse_seeds_are_a_bernoulli_process():
     assert s.dtype == torch.int64 and (s[1:] > s[:-1]).all() and s.min() >= 0 and s.max() < n
 
 
+@pytest.mark.parametrize("g", [0.002, 0.02, 0.3])
+def test_kernel_generator_is_a_bernoulli_process(g):
+    # The fused kernel's counter-based generator (its torch-op reference definition; the
+    # kernel agrees with it bit for bit below): counts in windows of 1000 are Binomial.
+    n = 200_000
+    counts = torch.stack([torch.bincount(cext.hashed_seeds(tuple(cext.draw_key().tolist()),
+                                                           cext.thresholds(g), n) // 1000,
+                                         minlength=200) for _ in range(20)]).float().flatten()
+    mean, var = 1000 * g, 1000 * g * (1 - g)
+    assert abs(counts.mean().item() - mean) < 5 * math.sqrt(var / counts.numel())
+    assert abs(counts.var().item() / var - 1) < 0.1
+    # Neighbours are independent: P(seed at i and at i + 1) = g**2 (same group of 8 or not).
+    s = cext.hashed_seeds((5, 7), cext.thresholds(g), 2_000_000)
+    pairs = torch.isin(s + 1, s).sum().item()
+    expect = 2_000_000 * g * g
+    assert abs(pairs - expect) < 5 * math.sqrt(expect) + 1
+
+
 @pytest.mark.parametrize("shape,block", [((300, 8, 14, 14), 7), ((300, 8, 7, 7), 7),
                                          ((200, 8, 30), 5), ((50, 8, 6, 7, 8), 3)])
 @pytest.mark.parametrize("shared", [False, True])

@@ -6,12 +6,19 @@
  * from torch's generator, so torch.manual_seed reproduces every mask, activation checkpointing
  * replays it, and the backward regenerates it from the key alone.
  *
- * The generator: seed-grid position n (a 64-bit counter over the flattened (B, C, Dv, Hv, Wv)
- * grid, or (B, 1, Dv, Hv, Wv) with shared != 0) is a seed iff
- *     h(n) = mix(mix(lo(n) ^ k0) ^ hi(n) ^ k1) < threshold
+ * The generator draws independent Bernoulli(gamma) seeds over the flattened seed grid
+ * (B, C, Dv, Hv, Wv), or (B, 1, Dv, Hv, Wv) with shared != 0, in groups of 8 positions
+ * (8g .. 8g + 7) with two counter-based hashes of 64-bit counters,
+ *     A(n) = mix(mix(lo(n) ^ k0) ^ hi(n) ^ k1),   B(n) = mix(mix(lo(n) ^ k1) ^ hi(n) ^ k0),
  * where mix is Wellons' "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d;
- * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16) and threshold = round(gamma * 2**32).
- * plugdrop/_kernels/cext.py has the same definition in torch ops (the reference).
+ * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16):
+ *   - group g holds a seed iff A(g) < round((1 - (1 - gamma)**8) * 2**32);
+ *   - if so, its first seed is the first j with B(8g + j) < round(gamma / (1 - (1 - gamma)**(8 - j))
+ *     * 2**32) (certainly j = 7 if none before), and each later position j is a seed iff
+ *     B(8g + j) < round(gamma * 2**32).
+ * That is exactly the law of 8 independent Bernoulli(gamma) draws (to 2**-32), at one hash per
+ * 8 positions plus 8 per group that holds a seed. plugdrop/_kernels/cext.py has the same
+ * definition in torch ops (the reference).
  *
  * Layout of one sample (the batch stride may differ between x and out):
  *   channels_last == 0:  [C][D][H][W]   (maps contiguous)
@@ -23,8 +30,11 @@
 #endif
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CHUNK 256
+/* elements per group of maps processed together (channels-first) */
+#define GROUP 4096
 
 static inline uint32_t mix(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
@@ -32,30 +42,59 @@ static inline uint32_t mix(uint32_t x) {
 }
 
 typedef struct {
-    uint32_t k0, k1, threshold;
+    uint32_t k0, k1;
+    uint32_t any;       /* a group of 8 positions holds a seed iff A(group) < any */
+    uint32_t first[8];  /* given that, position j is its first seed iff B(8 group + j) < first[j] */
+    uint32_t each;      /* after the first seed, position j is a seed iff B(8 group + j) < each */
 } rng_t;
 
+static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
+    return mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
+}
+
 /* Seeds among positions first .. first + count - 1 of the seed grid, as offsets from first,
- * into hits; returns how many. Hashes a chunk at a time (vectorized), then scans only the
- * chunks that hold a seed. */
+ * into hits (ascending); returns how many. The positions come in groups of 8 (8g .. 8g + 7):
+ * one hash per group decides whether it holds a seed (vectorized, a chunk of groups at a
+ * time), and only the rare groups that do hash their 8 positions. */
 static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits) {
-    uint32_t h[CHUNK];
+    uint8_t flag[CHUNK];
     int64_t nh = 0;
-    for (int64_t c0 = 0; c0 < count; c0 += CHUNK) {
-        const int64_t len = count - c0 < CHUNK ? count - c0 : CHUNK;
-        const uint64_t base = (uint64_t)(first + c0);
-        /* positions of a chunk may straddle a 2**32 boundary: per-element hi word */
-        const uint32_t k0 = g->k0, k1 = g->k1, t = g->threshold;
-        uint32_t any = 0;
-        for (int64_t i = 0; i < len; ++i) {
-            const uint64_t n = base + (uint64_t)i;
-            uint32_t v = mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
-            h[i] = v;
-            any |= (uint32_t)(v < t);
+    const uint32_t k0 = g->k0, k1 = g->k1, any = g->any;
+    const int64_t g0 = first >> 3, g1 = (first + count + 7) >> 3;
+    for (int64_t c0 = g0; c0 < g1; c0 += CHUNK) {
+        const int64_t len = g1 - c0 < CHUNK ? g1 - c0 : CHUNK;
+        const uint32_t lo = (uint32_t)c0, hk = (uint32_t)((uint64_t)c0 >> 32) ^ k1;
+        if ((uint64_t)lo + (uint64_t)len <= ((uint64_t)1 << 32)) {
+            for (uint32_t i = 0; i < (uint32_t)len; ++i)  /* 32-bit lanes */
+                flag[i] = mix(mix((lo + i) ^ k0) ^ hk) < any;
+        } else { /* the chunk straddles a multiple of 2**32 */
+            for (int64_t i = 0; i < len; ++i) flag[i] = hash_a((uint64_t)(c0 + i), k0, k1) < any;
         }
-        if (!any) continue;
-        for (int64_t i = 0; i < len; ++i)
-            if (h[i] < t) hits[nh++] = c0 + i;
+        for (int64_t i = 0; i < len; i += 8) {
+            uint64_t w = 0;
+            memcpy(&w, flag + i, (size_t)(len - i < 8 ? len - i : 8));
+            while (w) {
+                const int64_t grp = c0 + i + (__builtin_ctzll(w) >> 3);
+                w &= w - 1;
+                /* the group's 8 hashes in one vector; its seeds as a bit mask */
+                const uint64_t n0 = (uint64_t)grp * 8;
+                const uint32_t l0 = (uint32_t)n0, h0 = (uint32_t)(n0 >> 32) ^ k0;
+                uint32_t b[8];
+                for (uint32_t j = 0; j < 8; ++j) b[j] = mix(mix((l0 + j) ^ k1) ^ h0);
+                uint32_t firsts = 0x80, each = 0;
+                for (int j = 0; j < 8; ++j) {
+                    firsts |= (uint32_t)(b[j] < g->first[j]) << j;
+                    each |= (uint32_t)(b[j] < g->each) << j;
+                }
+                const int f = __builtin_ctz(firsts);
+                uint32_t seeds = (1u << f) | (each & ~((2u << f) - 1u));
+                while (seeds) {
+                    const int64_t n = (int64_t)n0 + __builtin_ctz(seeds);
+                    seeds &= seeds - 1;
+                    if (n >= first && n < first + count) hits[nh++] = n - first;
+                }
+            }
+        }
     }
     return nh;
 }
@@ -82,25 +121,57 @@ static void NAME(job_t *job) {                                                  
     const int shared = job->shared;                                                            \
     const T *restrict scale = (const T *)job->scale;                                           \
     const int64_t per = job->channels_last && !shared ? C * V : V;                             \
-    int64_t *hits = (int64_t *)malloc((size_t)(per + 1) * sizeof(int64_t));                    \
+    const int64_t group = job->channels_last ? per : (GROUP / S > 1 ? GROUP / S : 1) * V;      \
+    int64_t *hits = (int64_t *)malloc((size_t)(group + per + 1) * sizeof(int64_t));            \
     if (!hits) { job->failed = 1; return; }                                                    \
+    int64_t *shared_hits = hits + group, shared_b = -1, shared_n = 0;                          \
+    /* seed-grid index within a map -> offset of its block's corner within the map */         \
+    int64_t *corner = (int64_t *)malloc((size_t)V * sizeof(int64_t));                          \
+    void **maps = (void **)malloc((size_t)(GROUP + 1) * sizeof(void *));                       \
+    if (!corner || !maps) { free(hits); free(corner); free(maps); job->failed = 1; return; }  \
+    for (int64_t r = 0, d = 0; d < Dv; ++d)                                                    \
+        for (int64_t h = 0; h < Hv; ++h)                                                       \
+            for (int64_t w = 0; w < Wv; ++w) corner[r++] = (d * H + h) * W + w;               \
     for (int64_t u = job->u0; u < job->u1; ++u) {                                              \
         if (!job->channels_last) {                                                             \
-            /* map by map: a map is still in L1/L2 when its blocks are zeroed */               \
-            const int64_t b = u / C, c = u - b * C;                                            \
-            const T *restrict xm = (const T *)job->x + b * job->x_bstride + c * S;             \
-            T *restrict om = (T *)job->out + b * job->out_bstride + c * S;                     \
-            for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];                          \
-            const int64_t nh = draw(&job->rng, (shared ? b : u) * V, V, hits);                 \
+            /* a group of maps (about GROUP elements, still in cache when their blocks are   \
+             * zeroed); their seed-grid positions are consecutive, drawn in one go */         \
+            int64_t u1 = u + (GROUP / S > 1 ? GROUP / S : 1);                                  \
+            if (u1 > job->u1) u1 = job->u1;                                                    \
+            for (int64_t m = u; m < u1; ++m) {                                                 \
+                const int64_t b = m / C, c = m - b * C;                                        \
+                const T *restrict xm = (const T *)job->x + b * job->x_bstride + c * S;         \
+                T *restrict om = (T *)job->out + b * job->out_bstride + c * S;                 \
+                maps[m - u] = om;                                                              \
+                for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];                      \
+            }                                                                                  \
+            int64_t nh;                                                                        \
+            if (!shared) {                                                                     \
+                nh = draw(&job->rng, u * V, (u1 - u) * V, hits);                               \
+            } else { /* one sample's seeds serve its C maps: drawn once per sample */         \
+                nh = 0;                                                                        \
+                for (int64_t m = u; m < u1; ++m) {                                             \
+                    const int64_t b = m / C;                                                   \
+                    if (b != shared_b) {                                                       \
+                        shared_n = draw(&job->rng, b * V, V, shared_hits);                     \
+                        shared_b = b;                                                          \
+                    }                                                                          \
+                    for (int64_t k = 0; k < shared_n; ++k)                                     \
+                        hits[nh++] = (m - u) * V + shared_hits[k];                             \
+                }                                                                              \
+            }                                                                                  \
+            /* hits ascend: walk the maps along them (no divisions) */                        \
+            int64_t q = 0, end = V;                                                            \
             for (int64_t k = 0; k < nh; ++k) {                                                 \
-                const int64_t r = hits[k], w0 = r % Wv, h0 = (r / Wv) % Hv, d0 = r / (Wv * Hv); \
-                const int64_t base = (d0 * H + h0) * W + w0;                                   \
+                while (hits[k] >= end) { ++q; end += V; }                                      \
+                T *restrict om = (T *)maps[q] + corner[hits[k] - (end - V)];                   \
                 for (int64_t d = 0; d < bd; ++d)                                               \
                     for (int64_t h = 0; h < bh; ++h) {                                         \
-                        T *restrict o = om + base + (d * H + h) * W;                           \
+                        T *restrict o = om + (d * H + h) * W;                                  \
                         for (int64_t w = 0; w < bw; ++w) o[w] = 0;                             \
                     }                                                                          \
             }                                                                                  \
+            u = u1 - 1;                                                                        \
         } else {                                                                               \
             const int64_t b = u;                                                               \
             const T *restrict x = (const T *)job->x + b * job->x_bstride;                      \
@@ -129,6 +200,8 @@ static void NAME(job_t *job) {                                                  
         }                                                                                      \
     }                                                                                          \
     free(hits);                                                                                \
+    free(corner);                                                                              \
+    free(maps);                                                                                \
 }
 
 DEFINE_KERNEL(kernel_f32, float)
@@ -142,7 +215,7 @@ DEFINE_KERNEL(kernel_f64, double)
  * Built with OpenMP, it runs on the OpenMP runtime PyTorch already loaded (same soname), so
  * it shares PyTorch's worker threads instead of competing with them. */
 int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const void *scale,
-                       int64_t k0, int64_t k1, int64_t threshold, int64_t B, int64_t x_bstride,
+                       int64_t k0, int64_t k1, const int64_t *thresholds, int64_t B, int64_t x_bstride,
                        int64_t out_bstride, int64_t C, int64_t D, int64_t H, int64_t W,
                        int64_t bd, int64_t bh, int64_t bw, int channels_last, int shared) {
     void (*kernel)(job_t *) = dtype == 0 ? kernel_f32 : kernel_f64;
@@ -156,7 +229,9 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     job_t proto;
     proto.x = x; proto.out = out; proto.scale = scale;
     proto.rng.k0 = (uint32_t)k0; proto.rng.k1 = (uint32_t)k1;
-    proto.rng.threshold = (uint32_t)threshold;
+    proto.rng.any = (uint32_t)thresholds[0];
+    for (int j = 0; j < 8; ++j) proto.rng.first[j] = (uint32_t)thresholds[1 + j];
+    proto.rng.each = (uint32_t)thresholds[9];
     proto.x_bstride = x_bstride; proto.out_bstride = out_bstride;
     proto.C = C; proto.D = D; proto.H = H; proto.W = W; proto.bd = bd; proto.bh = bh;
     proto.bw = bw; proto.channels_last = channels_last; proto.shared = shared;
