@@ -282,6 +282,11 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
 def _gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch.Tensor:
     if _is_zero(std):
         return x
+    if (not isinstance(std, torch.Tensor) and KA.noise_applies(x)
+            and not torch.compiler.is_compiling()):
+        # The kernel draws the noise from a key taken from torch's generator: one pass.
+        key = cext.draw_key()
+        return KA.GaussianNoise.apply(x, key, key, (float(std), multiplicative, x.stride()))
     noise = torch.randn_like(x) * (std.to(x.dtype) if isinstance(std, torch.Tensor) else std)
     return x * (1.0 + noise) if multiplicative else x + noise
 

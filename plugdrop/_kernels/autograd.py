@@ -25,13 +25,7 @@ from . import cext
 
 def _dense_strides(t: torch.Tensor) -> bool:
     """True if ``t`` covers exactly ``t.numel()`` consecutive storage elements (any order)."""
-    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
-    expect = 1
-    for st, sz in dims:
-        if st != expect:
-            return False
-        expect *= sz
-    return True
+    return cext._dense(t.shape, t.stride())
 
 
 def _zero_blocks(t: torch.Tensor, seeds: torch.Tensor, channels: int,
@@ -82,12 +76,19 @@ class _SelfAdjoint:
     requires (its ``apply`` binds arguments with ``inspect``: about 15 us a call).
     """
 
-    def __init__(self, name: str, op: Callable[..., torch.Tensor]) -> None:
+    def __init__(self, name: str, op: Callable[..., torch.Tensor],
+                 linear: Callable[[Any], bool] = lambda meta: True) -> None:
+        # With ``linear(meta)`` false, the op is ``x`` plus a constant: its Jacobian is the
+        # identity.
         def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+            if not linear(ctx.meta):
+                return grad, None, None, None
             a, b = ctx.saved_tensors
             return self.apply(grad, a, b, ctx.meta), None, None, None
 
         def jvp(ctx: Any, x_t: torch.Tensor, *_: Any) -> torch.Tensor:
+            if not linear(ctx.meta):
+                return x_t
             a, b = ctx.saved_tensors
             return self.apply(x_t, a, b, ctx.meta)
 
@@ -172,3 +173,23 @@ HashedBlockDrop = _SelfAdjoint(
 #: ``out = x * where(keep, scale, 0)`` saving the boolean ``keep`` (1 byte per element) and
 #: the small ``scale`` for the backward, instead of a float multiplier.
 MaskMul = _SelfAdjoint("MaskMul", _mask_mul)
+
+#: ``x + std * z`` or ``x * (1 + std * z)`` (``meta``: std, multiplicative, strides) with the
+#: normal ``z`` the kernel draws from ``key`` (passed as both ``a`` and ``b``); the backward
+#: of the multiplicative one redraws ``z``.
+GaussianNoise = _SelfAdjoint(
+    "GaussianNoise", lambda x, key, _, meta: _noise(x, key, *meta), linear=lambda meta: meta[1])
+
+
+def _noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
+           strides: tuple[int, ...]) -> torch.Tensor:
+    out = cext.noise(x, key, std, multiplicative, strides)
+    if out is None:
+        raise RuntimeError("plugdrop: the noise kernel does not apply to this tensor")
+    return out
+
+
+def noise_applies(x: torch.Tensor) -> bool:
+    """Whether the fused noise kernel will run on ``x``."""
+    return (USE_CEXT and x.dtype == torch.float32 and x.device.type == "cpu"
+            and _dense_strides(x) and cext.library() is not None)

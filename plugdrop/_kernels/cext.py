@@ -67,7 +67,7 @@ def _build() -> ctypes.CDLL | None:
     if compiler is None:
         return None
     source = _SOURCE.read_bytes()
-    flags = ["-O3", "-shared", "-fPIC", "-pthread"]
+    flags = ["-O3", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
     if _cpu_capability() in ("AVX2", "AVX512") and platform.machine() in ("x86_64", "AMD64"):
         flags += ["-mavx2", "-mfma"]  # the file name below is keyed by the flags
     if _torch_uses_libgomp():
@@ -101,6 +101,10 @@ def _build() -> ctypes.CDLL | None:
                    ctypes.c_void_p, i64, i64, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64,
                    i64, i64, i64, ctypes.c_int, ctypes.c_int]
     fn.restype = ctypes.c_int
+    noise = lib.plugdrop_noise
+    noise.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64,
+                      ctypes.c_double, ctypes.c_int]
+    noise.restype = ctypes.c_int
     return lib
 
 
@@ -240,3 +244,33 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
                                     x.shape[0], x.stride(0), out.stride(0),
                                     x.shape[1], *sizes, *bsz, layout, int(shared))
     return out if status == 0 else None
+
+
+def noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
+          strides: tuple[int, ...]) -> torch.Tensor | None:
+    """``x + std * z`` (or ``x * (1 + std * z)``), ``z`` standard normal per element drawn
+    from ``key`` by the kernel's counter-based generator, in the memory layout ``strides``;
+    ``None`` if the kernel does not apply (float32 CPU tensors of a dense layout only)."""
+    if x.dtype != torch.float32 or x.device.type != "cpu" or not _dense(x.shape, strides):
+        return None
+    lib = library()
+    if lib is None:
+        return None
+    if x.stride() != strides:
+        x = torch.empty_strided(x.shape, strides, dtype=x.dtype).copy_(x)
+    out = torch.empty_strided(x.shape, strides, dtype=x.dtype)
+    k0, k1 = key.tolist()
+    lib.plugdrop_noise(torch.get_num_threads(), x.data_ptr(), out.data_ptr(), x.numel(), k0,
+                       k1, std, int(multiplicative))
+    return out
+
+
+def _dense(shape: tuple[int, ...] | torch.Size, strides: tuple[int, ...]) -> bool:
+    """True if ``strides`` lay ``shape`` over exactly ``numel`` consecutive elements."""
+    dims = sorted((st, sz) for st, sz in zip(strides, shape) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True

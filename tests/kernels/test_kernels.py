@@ -171,3 +171,41 @@ def test_every_path_is_differentiable_twice_and_forward_mode(fused, path, shared
     assert torch.equal(jv, f(v))  # linear in x: the tangent is masked like x
     (gx,) = torch.autograd.grad(f(xr), xr, v)
     assert torch.equal(gx, jv)  # diagonal Jacobian: backward == forward-mode
+
+
+def test_noise_kernel_is_standard_normal_and_reproducible():
+    if cext.library() is None:
+        pytest.skip("no C compiler here")
+    x = torch.zeros(1_000_003)
+    torch.manual_seed(2)
+    z = pd.functional.gaussian_noise(x, 1.0)
+    torch.manual_seed(2)
+    assert torch.equal(z, pd.functional.gaussian_noise(x, 1.0))
+    n = z.numel()
+    assert abs(z.mean().item()) < 5 / math.sqrt(n) and abs(z.std().item() - 1) < 5 / math.sqrt(n)
+    for t in (-3.0, -2.0, -1.0, -0.5, 0.0, 0.7, 1.5, 2.5):
+        phi = 0.5 * (1 + math.erf(t / math.sqrt(2)))
+        assert abs((z < t).double().mean().item() - phi) < 5 * math.sqrt(phi * (1 - phi) / n)
+    assert abs((z[1:] * z[:-1]).mean().item()) < 5 / math.sqrt(n)  # the pair's two halves
+
+
+@pytest.mark.parametrize("multiplicative", [False, True])
+def test_noise_kernel_gradients_and_forward_mode(multiplicative):
+    if cext.library() is None:
+        pytest.skip("no C compiler here")
+    x = (torch.rand(4, 6, 9, 9) + 0.5).to(memory_format=torch.channels_last)
+    f = _fixed_mask(lambda t: pd.functional.gaussian_noise(t, 0.3,
+                                                          multiplicative=multiplicative))
+    xr = x.clone().requires_grad_()
+    y = f(xr)
+    assert y.grad_fn is not None and "GaussianNoise" in type(y.grad_fn).__name__
+    v = torch.randn_like(x)
+    (gx,) = torch.autograd.grad(y, xr, v)
+    expect = v * (y.detach() / x) if multiplicative else v
+    assert torch.allclose(gx, expect, rtol=1e-5, atol=1e-6)
+    _, jv = torch.func.jvp(f, (x,), (v,))
+    assert torch.allclose(jv, expect, rtol=1e-5, atol=1e-6)
+    (g2,) = torch.autograd.grad(f(xr).square().sum(), xr, create_graph=True)
+    (hv,) = torch.autograd.grad(g2, xr, v)  # Hessian-vector product: 2 m**2 v
+    m = y.detach() / x if multiplicative else torch.ones_like(x)
+    assert torch.allclose(hv, 2 * m * m * v, rtol=1e-4, atol=1e-5)

@@ -28,6 +28,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,4 +258,93 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     failed = proto.failed;
 #endif
     return failed ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------------- Gaussian noise
+ *
+ * out = x + std * z  (or x * (1 + std * z) with multiplicative != 0), z ~ N(0, 1) per element,
+ * for float32 tensors taken in storage order. Elements 2p and 2p + 1 get the Box-Muller pair of
+ * the uniforms u = (A(p) >> 8 + 1/2) / 2**24 and v = (B(p) >> 8) / 2**24 (A, B as above, p a
+ * 64-bit counter): r = sqrt(-2 log u), z = (r cos 2 pi v, r sin 2 pi v). log, sin and cos are
+ * evaluated with polynomials (float32 accuracy) so that the loop vectorizes. */
+
+static inline float log_unit(float u) {
+    uint32_t i;
+    memcpy(&i, &u, 4);
+    const uint32_t big = (i & 0x7fffffU) > 0x3504f3U;   /* mantissa above sqrt(2) */
+    const int e = (int)(i >> 23) - 127 + (int)big;
+    i = (i & 0x7fffffU) | (0x3f800000U - (big << 23)); /* m in [sqrt(1/2), sqrt(2)) */
+    float m;
+    memcpy(&m, &i, 4);
+    const float s = (m - 1.0f) / (m + 1.0f), s2 = s * s; /* log m = 2 atanh s, |s| < 0.172 */
+    const float p = 1.0f + s2 * (1.0f / 3 + s2 * (1.0f / 5 + s2 * (1.0f / 7 + s2 * (1.0f / 9))));
+    return (float)e * 0.69314718056f + 2.0f * s * p;
+}
+
+static inline float flip(float v, uint32_t sign) { /* v * (sign ? -1 : 1), sign in {0, 1} */
+    uint32_t i;
+    memcpy(&i, &v, 4);
+    i ^= sign << 31;
+    memcpy(&v, &i, 4);
+    return v;
+}
+
+#define PAIRS 256
+
+static void noise_range(const float *restrict x, float *restrict out, int64_t i0, int64_t i1,
+                        uint32_t k0, uint32_t k1, float std, int multiplicative) {
+    float z[2 * PAIRS];
+    for (int64_t p0 = i0 >> 1; 2 * p0 < i1; p0 += PAIRS) {
+        const int64_t np = ((i1 + 1) >> 1) - p0 < PAIRS ? ((i1 + 1) >> 1) - p0 : PAIRS;
+        const uint32_t lo = (uint32_t)p0, hi = (uint32_t)((uint64_t)p0 >> 32);
+        const int wraps = (uint64_t)lo + (uint64_t)np > ((uint64_t)1 << 32);
+        for (uint32_t j = 0; j < (uint32_t)np; ++j) {
+            const uint32_t h = hi + (uint32_t)(wraps && lo + j < lo);
+            const uint32_t a = mix(mix((lo + j) ^ k0) ^ h ^ k1);
+            const uint32_t b = mix(mix((lo + j) ^ k1) ^ h ^ k0);
+            const float u = ((float)(a >> 8) + 0.5f) * 0x1p-24f;
+            const float r = sqrtf(-2.0f * log_unit(u));
+            const uint32_t q = b >> 30;                     /* quadrant of 2 pi v */
+            const float ang = (float)((b >> 8) & 0x3fffffU) * 0x1p-22f * 1.57079632679f;
+            const float a2 = ang * ang;
+            const float sn = ang * (1.0f - a2 / 6 * (1.0f - a2 / 20 * (1.0f - a2 / 42 *
+                             (1.0f - a2 / 72 * (1.0f - a2 / 110)))));
+            const float cs = 1.0f - a2 / 2 * (1.0f - a2 / 12 * (1.0f - a2 / 30 *
+                             (1.0f - a2 / 56 * (1.0f - a2 / 90 * (1.0f - a2 / 132)))));
+            const uint32_t odd = q & 1;
+            const float c1 = odd * sn + (1 - odd) * cs, s1 = odd * cs + (1 - odd) * sn;
+            z[2 * j] = r * flip(c1, ((q + 1) >> 1) & 1);
+            z[2 * j + 1] = r * flip(s1, q >> 1);
+        }
+        const int64_t e0 = 2 * p0 > i0 ? 2 * p0 : i0;
+        const int64_t e1 = 2 * (p0 + np) < i1 ? 2 * (p0 + np) : i1;
+        const float *restrict zz = z + (e0 - 2 * p0);
+        if (multiplicative) {
+            for (int64_t i = 0; i < e1 - e0; ++i) out[e0 + i] = x[e0 + i] * (1.0f + std * zz[i]);
+        } else {
+            for (int64_t i = 0; i < e1 - e0; ++i) out[e0 + i] = x[e0 + i] + std * zz[i];
+        }
+    }
+}
+
+int plugdrop_noise(int threads, const float *x, float *out, int64_t n, int64_t k0, int64_t k1,
+                   double std, int multiplicative) {
+    if (threads > n / GRAIN) threads = (int)(n / GRAIN);
+    if (threads > 64) threads = 64;
+    if (threads < 1) threads = 1;
+    if (threads == 1) {
+        noise_range(x, out, 0, n, (uint32_t)k0, (uint32_t)k1, (float)std, multiplicative);
+        return 0;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t i0 = (n / 2 * t / nt) * 2, i1 = t == nt - 1 ? n : (n / 2 * (t + 1) / nt) * 2;
+        noise_range(x, out, i0, i1, (uint32_t)k0, (uint32_t)k1, (float)std, multiplicative);
+    }
+#else
+    noise_range(x, out, 0, n, (uint32_t)k0, (uint32_t)k1, (float)std, multiplicative);
+#endif
+    return 0;
 }
