@@ -220,9 +220,20 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
     if _is_zero(p):
         return x
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
-    dropped = draws.bernoulli(shape, p, x.device)
-    mult = torch.where(dropped, 0.0, _keep_scale(p))
-    return restore(view * mult.to(view.dtype))
+    return restore(view * _keep_mult(view, shape, p, True))
+
+
+def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,
+               scale_by_keep: bool) -> torch.Tensor:
+    """A multiplier of ``shape`` in ``x``'s dtype: 0 with probability ``p``, else
+    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p`` draws it in place with
+    ``bernoulli_`` (two small ops: the fixed cost of timm's and torch's own)."""
+    if isinstance(p, torch.Tensor):
+        dropped = draws.bernoulli(shape, p, x.device)
+        mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
+        return mult.to(x.dtype)
+    keep = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
+    return keep.mul_(_keep_scale(p)) if scale_by_keep else keep
 
 
 def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tensor:
@@ -263,9 +274,7 @@ def _drop_path(x: torch.Tensor, p: Number, scale_by_keep: bool) -> torch.Tensor:
     if _is_zero(p):
         return x
     shape = (x.shape[0],) + (1,) * (x.dim() - 1)
-    dropped = draws.bernoulli(shape, p, x.device)
-    mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
-    return x * mult.to(x.dtype)
+    return x * _keep_mult(x, shape, p, scale_by_keep)
 
 
 def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False,
