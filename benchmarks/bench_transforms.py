@@ -201,3 +201,13 @@ def test_dropblock3d_forward(benchmark, shape):
     record(benchmark, f"DropBlock3d per-channel fwd {_id(shape)}", fwd)
     benchmark.extra_info["fwd+bwd ratio"] = med["plugdrop fwd+bwd"] / med["x*mask fwd+bwd"]
     benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", [(32, 1024, 14, 14), (16, 512, 28, 28)], ids=_id)
+def test_gaussian_noise_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.GaussianNoise(P))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x,
+           "x + std * randn_like(x)": lambda: x + P * torch.randn_like(x)}
+    record(benchmark, f"GaussianNoise fwd {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)

@@ -26,6 +26,7 @@ from . import _checks, _layout
 from ._device import PerDevice
 from ._kernels import autograd as KA
 from ._kernels import cext, dense, draws, geometry
+from ._kernels import ops as kernel_ops
 from .errors import SettingError, ShapeError
 
 __all__ = [
@@ -135,6 +136,10 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     b, c = view.shape[:2]
     channels = 1 if shared_channels else c
     if isinstance(p, torch.Tensor):
+        if kernel_ops.applies(view, rescale):
+            key = torch.randint(0, 2**32, (2,), dtype=torch.int64)
+            return restore(kernel_ops.block_drop(view, p, key, channels, list(blocks),
+                                                 rescale == "expected"))
         return restore(_drop_block_traced(view, p, sizes, blocks, channels, rescale))
     q = geometry.solve_keep(float(p), sizes, blocks)
     gamma = 1.0 - q

@@ -209,3 +209,21 @@ def test_noise_kernel_gradients_and_forward_mode(multiplicative):
     (hv,) = torch.autograd.grad(g2, xr, v)  # Hessian-vector product: 2 m**2 v
     m = y.detach() / x if multiplicative else torch.ones_like(x)
     assert torch.allclose(hv, 2 * m * m * v, rtol=1e-4, atol=1e-5)
+
+
+def test_tensor_p_runs_the_kernel_as_a_custom_op_differentiable_twice():
+    if cext.library() is None:
+        pytest.skip("no C compiler here")
+    f = _fixed_mask(lambda t: drop_block(t, torch.tensor(0.2), 3))
+    x = torch.randn(3, 4, 9, 9, dtype=torch.float64, requires_grad=True)
+    y = f(x)
+    assert "block_drop" in type(y.grad_fn).__name__
+    assert torch.autograd.gradgradcheck(f, (x,), fast_mode=True)
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.equal(g, y.detach() / x.detach()) or torch.allclose(g, y.detach() / x.detach())
+    # The float-p route and the op draw the same mask from the same torch seed.
+    torch.manual_seed(4)
+    a = drop_block(x.detach(), torch.tensor(0.2), 3)
+    torch.manual_seed(4)
+    b = drop_block(x.detach(), 0.2, 3)
+    assert torch.equal(a == 0, b == 0)
