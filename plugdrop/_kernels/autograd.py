@@ -189,7 +189,13 @@ def _noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
     return out
 
 
+#: Below this many elements torch's ``randn`` and an add cost less than the kernel's fixed cost
+#: (drawing its key, the autograd Function).
+NOISE_MIN_NUMEL = 16384
+
+
 def noise_applies(x: torch.Tensor) -> bool:
     """Whether the fused noise kernel will run on ``x``."""
-    return (USE_CEXT and x.dtype == torch.float32 and x.device.type == "cpu"
+    return (USE_CEXT and x.numel() >= NOISE_MIN_NUMEL and x.dtype == torch.float32
+            and x.device.type == "cpu"
             and _dense_strides(x) and cext.library() is not None)

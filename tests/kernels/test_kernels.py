@@ -193,7 +193,7 @@ def test_noise_kernel_is_standard_normal_and_reproducible():
 def test_noise_kernel_gradients_and_forward_mode(multiplicative):
     if cext.library() is None:
         pytest.skip("no C compiler here")
-    x = (torch.rand(4, 6, 9, 9) + 0.5).to(memory_format=torch.channels_last)
+    x = (torch.rand(4, 16, 16, 16) + 0.5).to(memory_format=torch.channels_last)
     f = _fixed_mask(lambda t: pd.functional.gaussian_noise(t, 0.3,
                                                           multiplicative=multiplicative))
     xr = x.clone().requires_grad_()
