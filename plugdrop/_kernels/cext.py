@@ -235,9 +235,8 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
         out = torch.empty_strided(shape, strides, dtype=x.dtype)
     sizes = (1,) * (5 - x.dim()) + tuple(x.shape[2:])
     bsz = (1,) * (5 - x.dim()) + tuple(blocks)
-    if scale.dim() or scale.dtype != x.dtype:
-        scale = scale.to(x.dtype)
-    scale = scale.expand(x.shape[2:]).contiguous()
+    if scale.dtype != x.dtype or scale.shape != x.shape[2:] or not scale.is_contiguous():
+        scale = scale.to(x.dtype).expand(x.shape[2:]).contiguous()
     status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
                                     out.data_ptr(), scale.data_ptr(), key[0], key[1],
                                     (ctypes.c_int64 * 10)(*thresh),
