@@ -58,7 +58,7 @@ static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
  * one hash per group decides whether it holds a seed (vectorized, a chunk of groups at a
  * time), and only the rare groups that do hash their 8 positions. */
 static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits) {
-    uint8_t flag[CHUNK];
+    uint8_t flag[CHUNK + 8];
     int64_t nh = 0;
     const uint32_t k0 = g->k0, k1 = g->k1, any = g->any;
     const int64_t g0 = first >> 3, g1 = (first + count + 7) >> 3;
@@ -71,9 +71,10 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
         } else { /* the chunk straddles a multiple of 2**32 */
             for (int64_t i = 0; i < len; ++i) flag[i] = hash_a((uint64_t)(c0 + i), k0, k1) < any;
         }
+        memset(flag + len, 0, 8);
         for (int64_t i = 0; i < len; i += 8) {
-            uint64_t w = 0;
-            memcpy(&w, flag + i, (size_t)(len - i < 8 ? len - i : 8));
+            uint64_t w;
+            memcpy(&w, flag + i, 8);
             while (w) {
                 const int64_t grp = c0 + i + (__builtin_ctzll(w) >> 3);
                 w &= w - 1;
@@ -161,15 +162,24 @@ static void NAME(job_t *job) {                                                  
                         hits[nh++] = (m - u) * V + shared_hits[k];                             \
                 }                                                                              \
             }                                                                                  \
-            /* hits ascend: walk the maps along them (no divisions) */                        \
-            int64_t q = 0, end = V;                                                            \
+            /* the map of a seed by a multiplication (corrected once): no branch to        \
+             * mispredict per seed; rows of the common widths as unrolled stores */            \
+            const double inv_v = 1.0 / (double)V;                                              \
             for (int64_t k = 0; k < nh; ++k) {                                                 \
-                while (hits[k] >= end) { ++q; end += V; }                                      \
-                T *restrict om = (T *)maps[q] + corner[hits[k] - (end - V)];                   \
+                int64_t q = (int64_t)((double)hits[k] * inv_v);                                \
+                q -= q * V > hits[k];                                                          \
+                q += (q + 1) * V <= hits[k];                                                   \
+                T *restrict om = (T *)maps[q] + corner[hits[k] - q * V];                       \
                 for (int64_t d = 0; d < bd; ++d)                                               \
                     for (int64_t h = 0; h < bh; ++h) {                                         \
                         T *restrict o = om + (d * H + h) * W;                                  \
-                        for (int64_t w = 0; w < bw; ++w) o[w] = 0;                             \
+                        switch (bw) {                                                          \
+                        case 3: o[0] = 0; o[1] = 0; o[2] = 0; break;                           \
+                        case 5: o[0] = 0; o[1] = 0; o[2] = 0; o[3] = 0; o[4] = 0; break;       \
+                        case 7: o[0] = 0; o[1] = 0; o[2] = 0; o[3] = 0; o[4] = 0; o[5] = 0;    \
+                                o[6] = 0; break;                                               \
+                        default: for (int64_t w = 0; w < bw; ++w) o[w] = 0;                    \
+                        }                                                                      \
                     }                                                                          \
             }                                                                                  \
             u = u1 - 1;                                                                        \
