@@ -42,10 +42,20 @@ static inline uint32_t mix(uint32_t x) {
     return x;
 }
 
+/* 8 lanes of 32 bits (GCC and clang vector extensions): one AVX2 register */
+typedef uint32_t v8u __attribute__((vector_size(32)));
+static const v8u iota8 = {0, 1, 2, 3, 4, 5, 6, 7};
+static const v8u bit8 = {1, 2, 4, 8, 16, 32, 64, 128};
+
+static inline v8u mix8(v8u x) {
+    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+    return x;
+}
+
 typedef struct {
     uint32_t k0, k1;
     uint32_t any;       /* a group of 8 positions holds a seed iff A(group) < any */
-    uint32_t first[8];  /* given that, position j is its first seed iff B(8 group + j) < first[j] */
+    v8u first8;         /* given that, position j is its first seed iff B(8 group + j) < first[j] */
     uint32_t each;      /* after the first seed, position j is a seed iff B(8 group + j) < each */
 } rng_t;
 
@@ -81,12 +91,12 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
                 /* the group's 8 hashes in one vector; its seeds as a bit mask */
                 const uint64_t n0 = (uint64_t)grp * 8;
                 const uint32_t l0 = (uint32_t)n0, h0 = (uint32_t)(n0 >> 32) ^ k0;
-                uint32_t b[8];
-                for (uint32_t j = 0; j < 8; ++j) b[j] = mix(mix((l0 + j) ^ k1) ^ h0);
+                const v8u b = mix8(mix8((l0 + iota8) ^ k1) ^ h0);
+                const v8u lt_first = (v8u)(b < g->first8) & bit8, lt_each = (v8u)(b < g->each) & bit8;
                 uint32_t firsts = 0x80, each = 0;
                 for (int j = 0; j < 8; ++j) {
-                    firsts |= (uint32_t)(b[j] < g->first[j]) << j;
-                    each |= (uint32_t)(b[j] < g->each) << j;
+                    firsts |= lt_first[j];
+                    each |= lt_each[j];
                 }
                 const int f = __builtin_ctz(firsts);
                 uint32_t seeds = (1u << f) | (each & ~((2u << f) - 1u));
@@ -241,7 +251,7 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     proto.x = x; proto.out = out; proto.scale = scale;
     proto.rng.k0 = (uint32_t)k0; proto.rng.k1 = (uint32_t)k1;
     proto.rng.any = (uint32_t)thresholds[0];
-    for (int j = 0; j < 8; ++j) proto.rng.first[j] = (uint32_t)thresholds[1 + j];
+    for (int j = 0; j < 8; ++j) proto.rng.first8[j] = (uint32_t)thresholds[1 + j];
     proto.rng.each = (uint32_t)thresholds[9];
     proto.x_bstride = x_bstride; proto.out_bstride = out_bstride;
     proto.C = C; proto.D = D; proto.H = H; proto.W = W; proto.bd = bd; proto.bh = bh;
