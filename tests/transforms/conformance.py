@@ -129,21 +129,6 @@ class ForwardConformance(TransformConformance):
             y = self.make(self.value)(h)
         assert y.dtype == h.dtype == torch.bfloat16
 
-    def multiplier(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """d(out)/d(x), elementwise, for the forward that gave ``y`` (a mask: ``y / x``)."""
-        return y / x
-
-    def test_gradients_flow_through_the_mask(self):
-        x = torch.randn(self.input_shape, requires_grad=True)
-        torch.manual_seed(1)
-        y = self.make(self.value)(x)
-        assert y.grad_fn is not None
-        y.backward(torch.ones_like(y))
-        torch.manual_seed(1)
-        y2 = self.make(self.value)(x.detach())
-        assert x.grad is not None
-        assert torch.allclose(x.grad, self.multiplier(x.detach(), y2), rtol=1e-5, atol=1e-6)
-
     def seeded(self, value: Any) -> Any:
         """The transform as a deterministic function of ``x``: the same mask at every call
         (gradcheck and ``torch.func`` call it many times)."""
@@ -180,6 +165,21 @@ class ForwardConformance(TransformConformance):
             dual = torch.autograd.forward_ad.make_dual(x, v)
             tangent = torch.autograd.forward_ad.unpack_dual(f(dual)).tangent
         assert torch.allclose(tangent, jv)
+
+    def multiplier(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """d(out)/d(x), elementwise, for the forward that gave ``y`` (a mask: ``y / x``)."""
+        return y / x
+
+    def test_gradients_flow_through_the_mask(self):
+        x = torch.randn(self.input_shape, requires_grad=True)
+        torch.manual_seed(1)
+        y = self.make(self.value)(x)
+        assert y.grad_fn is not None
+        y.backward(torch.ones_like(y))
+        torch.manual_seed(1)
+        y2 = self.make(self.value)(x.detach())
+        assert x.grad is not None
+        assert torch.allclose(x.grad, self.multiplier(x.detach(), y2), rtol=1e-5, atol=1e-6)
 
     def test_compile_follows_a_schedule_in_one_graph(self):
         torch._dynamo.reset()
