@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["WRAPPERS", "HOOK_DICTS", "hook_dicts", "pop_hook", "compiled_frames",
-           "scale_async", "functorch_active"]
+           "scale_async"]
 
 #: Wrapper class name -> attribute holding the wrapped module (DDP, DataParallel,
 #: ``torch.compile``'s OptimizedModule, activation-checkpoint / offload wrappers, FSDP1).
@@ -49,6 +49,13 @@ def pop_hook(module: nn.Module, key: int) -> None:
         getattr(module, name, {}).pop(key, None)
 
 
+def functorch_active() -> bool:
+    """Whether a ``torch.func`` transform (jvp, vjp, grad, vmap) is running: its custom
+    Functions must be written in the ``setup_context`` style, whose ``apply`` costs about
+    15 us more per call (it binds the arguments with ``inspect``)."""
+    return bool(torch._C._are_functorch_transforms_active())
+
+
 def compiled_frames() -> int | None:
     """How many frames dynamo has compiled in this process so far (``None`` if unknown)."""
     try:
@@ -63,10 +70,3 @@ def scale_async(scaler: Any) -> torch.Tensor | None:
     when the scaler keeps none yet or has no such method)."""
     get = getattr(scaler, "_get_scale_async", None)
     return get() if get is not None else None
-
-
-def functorch_active() -> bool:
-    """Whether a ``torch.func`` transform (jvp, vjp, grad, vmap) is running: its custom
-    Functions must be written in the ``setup_context`` style, whose ``apply`` costs about
-    15 us more per call (it binds the arguments with ``inspect``)."""
-    return bool(torch._C._are_functorch_transforms_active())
