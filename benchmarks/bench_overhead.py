@@ -8,9 +8,12 @@ of the attachment layer can be compared before and after on the same machine.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import plugdrop as pd
 from _harness import interleaved, record
@@ -33,6 +36,35 @@ CASES = {
 }
 
 
+def _peers(name: str) -> dict:
+    """The same op in timm, torchvision or torch, where it exists (called directly: no hook)."""
+    out = {}
+    try:
+        timm = importlib.import_module("timm.layers.drop")
+    except Exception:  # pragma: no cover - optional baseline
+        timm = None
+    try:
+        ops = importlib.import_module("torchvision.ops")
+    except Exception:  # pragma: no cover - optional baseline
+        ops = None
+    if name.startswith("DropBlock") and name != "DropBlock-scheduled":
+        shared = name == "DropBlock-shared"
+        if timm is not None:
+            out["timm"] = lambda x: timm.drop_block_2d(x, 0.1, 3, couple_channels=shared)
+        if ops is not None and not shared:
+            out["torchvision"] = lambda x: ops.drop_block2d(x, 0.1, 3)
+    elif name == "DropPath":
+        if timm is not None:
+            out["timm"] = lambda x: timm.drop_path(x, 0.1, training=True)
+        if ops is not None:
+            out["torchvision"] = lambda x: ops.stochastic_depth(x, 0.1, "row", training=True)
+    elif name == "Dropout2d":
+        out["torch"] = lambda x: F.dropout2d(x, 0.1, training=True)
+    elif name == "Dropout":
+        out["torch"] = lambda x: F.dropout(x, 0.1, training=True)
+    return out
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_per_call_overhead(benchmark, name):
     x = torch.randn(SHAPE)
@@ -44,6 +76,8 @@ def test_per_call_overhead(benchmark, name):
     with torch.no_grad():
         fns = {"plugdrop": lambda: attached(x), "bare hook": lambda: hooked(x),
                "module": lambda: plain(x)}
+        for peer, f in _peers(name).items():
+            fns[peer] = (lambda f=f: f(x))
         medians = interleaved(fns, budget_s=1.5, max_rounds=2000, min_rounds=100)
     record(benchmark, f"per-call {name} {SHAPE}", medians)
     benchmark.pedantic(lambda: attached(x), rounds=1, iterations=1)

@@ -93,6 +93,40 @@ def test_dropblock2d_per_channel_forward_backward(benchmark, shape):
     benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
 
 
+#: Stage shapes of resnet50 (batch 8 at 224 px: stage 1 input, and batch 32 stage 4), of
+#: convnext_tiny (batch 16: stages 1 and 3), a small batch, and the sizes between.
+SHAPES_STAGES = [(8, 64, 112, 112), (32, 2048, 7, 7), (16, 512, 28, 28), (16, 96, 56, 56),
+                 (16, 384, 14, 14), (1, 256, 28, 28), (3, 256, 28, 28)]
+
+
+@pytest.mark.parametrize("block", [3, 5, 7])
+@pytest.mark.parametrize("shape", SHAPES_STAGES, ids=_id)
+def test_dropblock2d_per_channel_block_sizes(benchmark, shape, block):
+    """Forward against ``x * x`` (the floor of an op that is not in place) and forward +
+    backward against ``x * mask`` + ``g * mask``, at every block size."""
+    x = torch.randn(shape)
+    m = _attached(pd.DropBlock(P, block_size=block))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
+    _with_fwd_bwd(fns, m, shape)
+    med = interleaved(fns, budget_s=2.0)
+    record(benchmark, f"DropBlock2d per-channel fwd block {block} {_id(shape)}",
+           {k: med[k] for k in ("plugdrop", "x*x")})
+    benchmark.extra_info["fwd+bwd ratio"] = med["plugdrop fwd+bwd"] / med["x*mask fwd+bwd"]
+    benchmark.pedantic(fns["plugdrop"], rounds=1, iterations=1)
+
+
+@pytest.mark.parametrize("shape", [(64, 197, 384), (256, 197, 384)], ids=_id)
+def test_drop_path_vit_tokens(benchmark, shape):
+    """DropPath on a ViT-S residual branch (tokens of a 14x14 grid plus a class token)."""
+    x = torch.randn(shape)
+    m = _attached(pd.DropPath(P))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
+    if (timm := _timm()) is not None:
+        fns["timm"] = lambda: timm.drop_path(x, P, training=True)
+    record(benchmark, f"DropPath fwd ViT-S tokens {_id(shape)}", interleaved(fns))
+    benchmark.pedantic(fns["plugdrop"], rounds=1, iterations=1)
+
+
 @pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
 def test_dropblock2d_shared_forward(benchmark, shape):
     x = torch.randn(shape)
@@ -166,4 +200,14 @@ def test_dropblock3d_forward(benchmark, shape):
     fwd = {k: v for k, v in med.items() if "fwd+bwd" not in k}
     record(benchmark, f"DropBlock3d per-channel fwd {_id(shape)}", fwd)
     benchmark.extra_info["fwd+bwd ratio"] = med["plugdrop fwd+bwd"] / med["x*mask fwd+bwd"]
+    benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
+
+
+@pytest.mark.parametrize("shape", [(32, 1024, 14, 14), (16, 512, 28, 28)], ids=_id)
+def test_gaussian_noise_forward(benchmark, shape):
+    x = torch.randn(shape)
+    m = _attached(pd.GaussianNoise(P))
+    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x,
+           "x + std * randn_like(x)": lambda: x + P * torch.randn_like(x)}
+    record(benchmark, f"GaussianNoise fwd {_id(shape)}", interleaved(fns))
     benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)

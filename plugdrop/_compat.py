@@ -49,6 +49,13 @@ def pop_hook(module: nn.Module, key: int) -> None:
         getattr(module, name, {}).pop(key, None)
 
 
+def functorch_active() -> bool:
+    """Whether a ``torch.func`` transform (jvp, vjp, grad, vmap) is running: its custom
+    Functions must be written in the ``setup_context`` style, whose ``apply`` costs about
+    15 us more per call (it binds the arguments with ``inspect``)."""
+    return bool(torch._C._are_functorch_transforms_active())
+
+
 def compiled_frames() -> int | None:
     """How many frames dynamo has compiled in this process so far (``None`` if unknown)."""
     try:

@@ -25,7 +25,8 @@ import torch
 from . import _checks, _layout
 from ._device import PerDevice
 from ._kernels import autograd as KA
-from ._kernels import dense, draws, geometry
+from ._kernels import cext, dense, draws, geometry
+from ._kernels import ops as kernel_ops
 from .errors import SettingError, ShapeError
 
 __all__ = [
@@ -135,6 +136,10 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     b, c = view.shape[:2]
     channels = 1 if shared_channels else c
     if isinstance(p, torch.Tensor):
+        if kernel_ops.applies(view, rescale):
+            key = torch.randint(0, 2**32, (2,), dtype=torch.int64)
+            return restore(kernel_ops.block_drop(view, p, key, channels, list(blocks),
+                                                 rescale == "expected"))
         return restore(_drop_block_traced(view, p, sizes, blocks, channels, rescale))
     q = geometry.solve_keep(float(p), sizes, blocks)
     gamma = 1.0 - q
@@ -144,12 +149,18 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
         scale = _ONE.get(view.device)
     valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
     n_seeds = b * channels * math.prod(valid)
+    if (rescale != "count" and gamma <= draws.SPARSE_MAX_GAMMA and KA.fused_applies(view)
+            and not torch.compiler.is_compiling()):
+        # The fused kernel draws the seeds from a key taken from torch's generator: one pass
+        # over x, and 16 bytes saved for the backward.
+        meta = (channels, valid, blocks, cext.thresholds(gamma))
+        return restore(KA.HashedBlockDrop.apply(view, scale, cext.draw_key(), meta))
     if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
-            and (channels == c or KA.fused_available())):
+            and channels == c):
         # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
         seeds = draws.sparse_seeds(n_seeds, gamma)
-        out = KA.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds, channels,
-                                             valid, blocks)
+        out = KA.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds,
+                                       (channels, valid, blocks))
         return restore(out)
     keep = ~dense.block_dropped(b, channels, sizes, blocks, gamma, view.device)
     if rescale == "expected":
@@ -158,7 +169,7 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
         # The paper's normalization over the whole tensor (a mask broadcast over channels or
         # whole axes has the same kept ratio).
         scale = float(keep.numel()) / keep.sum(dtype=torch.float32).clamp(min=1.0)
-    return restore(KA.MaskMul.apply(view, keep, scale))
+    return restore(KA.MaskMul.apply(view, keep, scale, None))
 
 
 _ONE = PerDevice(1.0)
@@ -214,9 +225,20 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
     if _is_zero(p):
         return x
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
-    dropped = draws.bernoulli(shape, p, x.device)
-    mult = torch.where(dropped, 0.0, _keep_scale(p))
-    return restore(view * mult.to(view.dtype))
+    return restore(view * _keep_mult(view, shape, p, True))
+
+
+def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,
+               scale_by_keep: bool) -> torch.Tensor:
+    """A multiplier of ``shape`` in ``x``'s dtype: 0 with probability ``p``, else
+    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p`` draws it in place with
+    ``bernoulli_`` (two small ops: the fixed cost of timm's and torch's own)."""
+    if isinstance(p, torch.Tensor):
+        dropped = draws.bernoulli(shape, p, x.device)
+        mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
+        return mult.to(x.dtype)
+    keep = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
+    return keep.mul_(_keep_scale(p)) if scale_by_keep else keep
 
 
 def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tensor:
@@ -235,7 +257,7 @@ def _dropout(x: torch.Tensor, p: Number) -> torch.Tensor:
         return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
     keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
     scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
-    return KA.MaskMul.apply(x, keep, scale)
+    return KA.MaskMul.apply(x, keep, scale, None)
 
 
 def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
@@ -257,9 +279,7 @@ def _drop_path(x: torch.Tensor, p: Number, scale_by_keep: bool) -> torch.Tensor:
     if _is_zero(p):
         return x
     shape = (x.shape[0],) + (1,) * (x.dim() - 1)
-    dropped = draws.bernoulli(shape, p, x.device)
-    mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
-    return x * mult.to(x.dtype)
+    return x * _keep_mult(x, shape, p, scale_by_keep)
 
 
 def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False,
@@ -276,6 +296,11 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
 def _gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch.Tensor:
     if _is_zero(std):
         return x
+    if (not isinstance(std, torch.Tensor) and KA.noise_applies(x)
+            and not torch.compiler.is_compiling()):
+        # The kernel draws the noise from a key taken from torch's generator: one pass.
+        key = cext.draw_key()
+        return KA.GaussianNoise.apply(x, key, key, (float(std), multiplicative, x.stride()))
     noise = torch.randn_like(x) * (std.to(x.dtype) if isinstance(std, torch.Tensor) else std)
     return x * (1.0 + noise) if multiplicative else x + noise
 

@@ -1,28 +1,31 @@
 """Autograd functions that save as little as possible for the backward, and the sparse
 block-zeroing (fused C kernel or torch ops). Private.
 
-``SparseBlockDrop`` saves the seeds of the dropped blocks (a few bytes per block) and
-regenerates the mask in the backward; ``MaskMul`` saves a boolean mask (1 byte per element).
+Each multiplies ``x`` by a mask (a diagonal Jacobian), so its backward and its forward-mode
+derivative are the same masking applied to the gradient or the tangent, through the Function
+itself: they are differentiable again (double backward, Hessian-vector products) and work
+under ``torch.func.jvp``, while what is saved stays small:
+
+- ``HashedBlockDrop`` saves the two key words of the fused kernel's generator (16 bytes) and
+  regenerates the mask in the backward;
+- ``SparseBlockDrop`` saves the seeds of the dropped blocks (a few bytes per block);
+- ``MaskMul`` saves a boolean mask (1 byte per element).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
+from .. import _compat
 from . import cext
 
 def _dense_strides(t: torch.Tensor) -> bool:
     """True if ``t`` covers exactly ``t.numel()`` consecutive storage elements (any order)."""
-    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
-    expect = 1
-    for st, sz in dims:
-        if st != expect:
-            return False
-        expect *= sz
-    return True
+    return cext._dense(t.shape, t.stride())
 
 
 def _zero_blocks(t: torch.Tensor, seeds: torch.Tensor, channels: int,
@@ -62,21 +65,59 @@ def _dense_copy(t: torch.Tensor) -> torch.Tensor:
     return t if _dense_strides(t) else t.contiguous()
 
 
-class SparseBlockDrop(torch.autograd.Function):
-    """``out = x * scale`` with the blocks of ``seeds`` zeroed; the backward regenerates the
-    zeroed positions from the saved seeds (a few bytes per block, not a mask)."""
+class _SelfAdjoint:
+    """An autograd op ``out = op(x, a, b, meta)``, linear in ``x`` with a diagonal Jacobian
+    (a masking); ``a`` and ``b`` are the small tensors it needs, ``meta`` a tuple of Python
+    values. Its backward and its jvp are the same masking of the gradient or the tangent,
+    through the op itself, so both are differentiable again.
 
-    @staticmethod
-    def forward(ctx, x, scale, seeds, channels, valid, blocks):
-        ctx.save_for_backward(scale, seeds)
-        ctx.geometry = (channels, valid, blocks)
-        return sparse_block_drop(x, scale, seeds, channels, valid, blocks)
+    Two Functions compute it: one in the classic style (its ``apply`` is cheap) and, while a
+    ``torch.func`` transform runs, one in the ``setup_context`` style that ``torch.func``
+    requires (its ``apply`` binds arguments with ``inspect``: about 15 us a call).
+    """
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        scale, seeds = ctx.saved_tensors
-        return sparse_block_drop(grad, scale, seeds, *ctx.geometry), None, None, None, None, None
+    def __init__(self, name: str, op: Callable[..., torch.Tensor],
+                 linear: Callable[[Any], bool] = lambda meta: True) -> None:
+        # With ``linear(meta)`` false, the op is ``x`` plus a constant: its Jacobian is the
+        # identity.
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+            if not linear(ctx.meta):
+                return grad, None, None, None
+            a, b = ctx.saved_tensors
+            return self.apply(grad, a, b, ctx.meta), None, None, None
+
+        def jvp(ctx: Any, x_t: torch.Tensor, *_: Any) -> torch.Tensor:
+            if not linear(ctx.meta):
+                return x_t
+            a, b = ctx.saved_tensors
+            return self.apply(x_t, a, b, ctx.meta)
+
+        def save(ctx: Any, a: torch.Tensor, b: torch.Tensor, meta: Any) -> None:
+            ctx.save_for_backward(a, b)
+            ctx.save_for_forward(a, b)
+            ctx.meta = meta
+
+        def eager_forward(ctx: Any, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                          meta: Any) -> torch.Tensor:
+            save(ctx, a, b, meta)
+            return op(x, a, b, meta)
+
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            save(ctx, *inputs[1:])
+
+        self.eager: Any
+        self.func: Any
+        common = {"backward": staticmethod(backward), "jvp": staticmethod(jvp)}
+        self.eager = type(name, (torch.autograd.Function,),
+                          {"forward": staticmethod(eager_forward), **common})
+        self.func = type(name, (torch.autograd.Function,),
+                         {"forward": staticmethod(op),
+                          "setup_context": staticmethod(setup_context), **common})
+
+    def apply(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+              meta: Any) -> torch.Tensor:
+        fn = self.func if _compat.functorch_active() else self.eager
+        return fn.apply(x, a, b, meta)
 
 
 #: Use the fused C kernel when available (tests switch it off to compare the two paths).
@@ -87,29 +128,74 @@ def fused_available() -> bool:
     return USE_CEXT and cext.library() is not None
 
 
+def fused_applies(x: torch.Tensor) -> bool:
+    """Whether the fused kernel will run on ``x``."""
+    return USE_CEXT and cext.applies(x)
+
+
 def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor, channels: int,
                       valid: tuple[int, ...], blocks: tuple[int, ...]) -> torch.Tensor:
-    """``x * scale`` with the blocks of ``seeds`` zeroed: the fused C kernel where it applies,
-    else torch ops. Both give the same result for the same seeds."""
-    if USE_CEXT and channels in (1, x.shape[1]):
-        out = cext.blockdrop(x, scale, seeds, blocks, shared=channels != x.shape[1])
-        if out is not None:
-            return out
+    """``x * scale`` with the blocks of ``seeds`` zeroed, in torch ops."""
     out = _dense_copy(x * scale)
     return _zero_blocks(out, seeds, channels, valid, blocks)
 
 
-class MaskMul(torch.autograd.Function):
-    """``out = x * where(keep, scale, 0)`` saving the boolean ``keep`` (1 byte per element)
-    and the small ``scale`` for the backward, instead of a float multiplier."""
+def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, channels: int,
+                      valid: tuple[int, ...], blocks: tuple[int, ...],
+                      thresh: tuple[int, ...]) -> torch.Tensor:
+    """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words) zeroed:
+    the fused kernel, or, where it does not apply to ``x`` (a gradient in another layout), the
+    same seeds from the generator's torch-op definition."""
+    k0, k1 = key.tolist()
+    k = (k0, k1)
+    shared = channels != x.shape[1]
+    if USE_CEXT:
+        out = cext.blockdrop(x, scale, k, thresh, blocks, shared=shared)
+        if out is not None:
+            return out
+    seeds = cext.hashed_seeds(k, thresh, x.shape[0] * channels * math.prod(valid))
+    return sparse_block_drop(x, scale, seeds, channels, valid, blocks)
 
-    @staticmethod
-    def forward(ctx, x, keep, scale):
-        ctx.save_for_backward(keep, scale)
-        return x * torch.where(keep, scale, 0).to(x.dtype)
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        keep, scale = ctx.saved_tensors
-        return grad * torch.where(keep, scale, 0).to(grad.dtype), None, None
+def _mask_mul(x: torch.Tensor, keep: torch.Tensor, scale: torch.Tensor,
+              meta: Any = None) -> torch.Tensor:
+    return x * torch.where(keep, scale, 0).to(x.dtype)
+
+
+#: ``out = x * scale`` with the blocks of ``seeds`` zeroed (``meta``: channels, valid,
+#: blocks); the backward re-zeroes them from the saved seeds (a few bytes per block).
+SparseBlockDrop = _SelfAdjoint(
+    "SparseBlockDrop", lambda x, scale, seeds, meta: sparse_block_drop(x, scale, seeds, *meta))
+#: ``out = x * scale`` with the blocks of the seeds the fused kernel draws from ``key`` zeroed
+#: (``meta``: channels, valid, blocks, threshold); the backward redraws them (16 bytes saved).
+HashedBlockDrop = _SelfAdjoint(
+    "HashedBlockDrop", lambda x, scale, key, meta: hashed_block_drop(x, scale, key, *meta))
+#: ``out = x * where(keep, scale, 0)`` saving the boolean ``keep`` (1 byte per element) and
+#: the small ``scale`` for the backward, instead of a float multiplier.
+MaskMul = _SelfAdjoint("MaskMul", _mask_mul)
+
+#: ``x + std * z`` or ``x * (1 + std * z)`` (``meta``: std, multiplicative, strides) with the
+#: normal ``z`` the kernel draws from ``key`` (passed as both ``a`` and ``b``); the backward
+#: of the multiplicative one redraws ``z``.
+GaussianNoise = _SelfAdjoint(
+    "GaussianNoise", lambda x, key, _, meta: _noise(x, key, *meta), linear=lambda meta: meta[1])
+
+
+def _noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
+           strides: tuple[int, ...]) -> torch.Tensor:
+    out = cext.noise(x, key, std, multiplicative, strides)
+    if out is None:
+        raise RuntimeError("plugdrop: the noise kernel does not apply to this tensor")
+    return out
+
+
+#: Below this many elements torch's ``randn`` and an add cost less than the kernel's fixed cost
+#: (drawing its key, the autograd Function).
+NOISE_MIN_NUMEL = 16384
+
+
+def noise_applies(x: torch.Tensor) -> bool:
+    """Whether the fused noise kernel will run on ``x``."""
+    return (USE_CEXT and x.numel() >= NOISE_MIN_NUMEL and x.dtype == torch.float32
+            and x.device.type == "cpu"
+            and _dense_strides(x) and cext.library() is not None)

@@ -1,5 +1,9 @@
 """The optional fused CPU kernel for sparse DropBlock (``_csrc/blockdrop.c``). Private.
 
+The kernel draws the seeds itself from a counter-based generator keyed by two 32-bit words that
+:func:`draw_key` takes from torch's generator (so ``torch.manual_seed`` reproduces the mask and
+checkpointing replays it); :func:`hashed_seeds` is the same generator in torch ops.
+
 Built at first use with the system C compiler (``cc``; a fraction of a second, no PyTorch
 headers) into a per-user cache, and loaded with ctypes. Where no compiler is found, the build
 fails, or ``PLUGDROP_NO_CEXT=1`` is set, :func:`blockdrop` returns ``None`` and plugdrop uses
@@ -9,7 +13,9 @@ the torch-op path, which computes the same result from the same seeds.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -61,7 +67,7 @@ def _build() -> ctypes.CDLL | None:
     if compiler is None:
         return None
     source = _SOURCE.read_bytes()
-    flags = ["-O3", "-shared", "-fPIC", "-pthread"]
+    flags = ["-O3", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
     if _cpu_capability() in ("AVX2", "AVX512") and platform.machine() in ("x86_64", "AMD64"):
         flags += ["-mavx2", "-mfma"]  # the file name below is keyed by the flags
     if _torch_uses_libgomp():
@@ -92,9 +98,13 @@ def _build() -> ctypes.CDLL | None:
     fn = lib.plugdrop_blockdrop
     i64 = ctypes.c_int64
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64, i64,
+                   ctypes.c_void_p, i64, i64, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64,
                    i64, i64, i64, ctypes.c_int, ctypes.c_int]
     fn.restype = ctypes.c_int
+    noise = lib.plugdrop_noise
+    noise.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64,
+                      ctypes.c_double, ctypes.c_int]
+    noise.restype = ctypes.c_int
     return lib
 
 
@@ -137,11 +147,71 @@ def _sample_layout(t: torch.Tensor) -> int | None:
     return None
 
 
-def blockdrop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
+def applies(x: torch.Tensor) -> bool:
+    """Whether :func:`blockdrop` can run on ``x`` (dtype, device, rank and memory layout)."""
+    return (x.dtype in _DTYPES and x.device.type == "cpu" and 3 <= x.dim() <= 5
+            and _sample_layout(x) is not None and library() is not None)
+
+
+def draw_key() -> torch.Tensor:
+    """Two 32-bit words (int64) from torch's default CPU generator: the key of one mask."""
+    return torch.randint(0, 2**32, (2,), dtype=torch.int64)
+
+
+def _u32(prob: float) -> int:
+    return min(max(round(prob * 2.0**32), 0), 2**32 - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def thresholds(gamma: float) -> tuple[int, ...]:
+    """The generator's 32-bit thresholds for seed probability ``gamma`` (see
+    ``_csrc/blockdrop.c``): a group of 8 holds a seed; its first seed is position ``j``
+    (8 of them); a later position is a seed."""
+    log_q = math.log1p(-gamma) if gamma < 1.0 else -math.inf
+    first = [gamma / -math.expm1((8 - j) * log_q) if gamma > 0.0 else 0.0 for j in range(8)]
+    return (_u32(-math.expm1(8 * log_q)), *map(_u32, first), _u32(gamma))
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix(v: torch.Tensor) -> torch.Tensor:
+    """Wellons' lowbias32 on int64 tensors holding 32-bit values (products wrap mod 2**64)."""
+    v = v ^ (v >> 16)
+    v = (v * 0x7FEB352D) & _M32
+    v = v ^ (v >> 15)
+    v = (v * 0x846CA68B) & _M32
+    return v ^ (v >> 16)
+
+
+def _hash(n: torch.Tensor, k0: int, k1: int) -> torch.Tensor:
+    return _mix(_mix((n & _M32) ^ k0) ^ (n >> 32) ^ k1)
+
+
+def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
+                 total: int) -> torch.Tensor:
+    """The seeds the kernel draws among ``total`` seed-grid positions, sorted, int64: the
+    reference definition of its generator in torch ops (the kernel's fallback and the tests')."""
+    k0, k1 = key
+    groups = torch.arange((total + 7) // 8, dtype=torch.int64)
+    groups = groups[_hash(groups, k0, k1) < thresh[0]]
+    n = groups[:, None] * 8 + torch.arange(8)
+    b = _hash(n, k1, k0)
+    firsts = b < torch.tensor(list(thresh[1:8]) + [2**32])  # the last position: certainly
+    first = firsts.int().argmax(1, keepdim=True)
+    j = torch.arange(8)
+    seed = (j == first) | ((j > first) & (b < thresh[9]))
+    n = n[seed]
+    return n[n < total]
+
+
+def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
+              thresh: tuple[int, ...],
               blocks: tuple[int, ...], shared: bool = False) -> torch.Tensor | None:
-    """``x * scale`` with the seeds' blocks zeroed, as one fused pass; ``None`` if the fused
-    kernel does not apply (dtype, layout, device) or is unavailable. With ``shared``, seeds
-    index a ``(B, 1, *valid)`` grid and drop their block in every channel."""
+    """``x * scale`` with the blocks of the seeds drawn from ``key`` zeroed, as one fused pass;
+    ``None`` if the fused kernel does not apply (dtype, layout, device) or is unavailable. With
+    ``shared``, seeds are drawn on a ``(B, 1, *valid)`` grid and drop their block in every
+    channel."""
     dtype = _DTYPES.get(x.dtype)
     if dtype is None or x.device.type != "cpu" or x.dim() < 3 or x.dim() > 5:
         return None
@@ -165,10 +235,41 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
         out = torch.empty_strided(shape, strides, dtype=x.dtype)
     sizes = (1,) * (5 - x.dim()) + tuple(x.shape[2:])
     bsz = (1,) * (5 - x.dim()) + tuple(blocks)
-    scale = scale.to(x.dtype).expand(x.shape[2:]).contiguous()
-    seeds = seeds.contiguous()
+    if scale.dtype != x.dtype or scale.shape != x.shape[2:] or not scale.is_contiguous():
+        scale = scale.to(x.dtype).expand(x.shape[2:]).contiguous()
     status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
-                                    out.data_ptr(), scale.data_ptr(), seeds.data_ptr(),
-                                    seeds.numel(), x.shape[0], x.stride(0), out.stride(0),
+                                    out.data_ptr(), scale.data_ptr(), key[0], key[1],
+                                    (ctypes.c_int64 * 10)(*thresh),
+                                    x.shape[0], x.stride(0), out.stride(0),
                                     x.shape[1], *sizes, *bsz, layout, int(shared))
     return out if status == 0 else None
+
+
+def noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
+          strides: tuple[int, ...]) -> torch.Tensor | None:
+    """``x + std * z`` (or ``x * (1 + std * z)``), ``z`` standard normal per element drawn
+    from ``key`` by the kernel's counter-based generator, in the memory layout ``strides``;
+    ``None`` if the kernel does not apply (float32 CPU tensors of a dense layout only)."""
+    if x.dtype != torch.float32 or x.device.type != "cpu" or not _dense(x.shape, strides):
+        return None
+    lib = library()
+    if lib is None:
+        return None
+    if x.stride() != strides:
+        x = torch.empty_strided(x.shape, strides, dtype=x.dtype).copy_(x)
+    out = torch.empty_strided(x.shape, strides, dtype=x.dtype)
+    k0, k1 = key.tolist()
+    lib.plugdrop_noise(torch.get_num_threads(), x.data_ptr(), out.data_ptr(), x.numel(), k0,
+                       k1, std, int(multiplicative))
+    return out
+
+
+def _dense(shape: tuple[int, ...] | torch.Size, strides: tuple[int, ...]) -> bool:
+    """True if ``strides`` lay ``shape`` over exactly ``numel`` consecutive elements."""
+    dims = sorted((st, sz) for st, sz in zip(strides, shape) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True

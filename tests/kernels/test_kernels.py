@@ -42,6 +42,24 @@ def test_sparse_seeds_are_a_bernoulli_process():
     assert s.dtype == torch.int64 and (s[1:] > s[:-1]).all() and s.min() >= 0 and s.max() < n
 
 
+@pytest.mark.parametrize("g", [0.002, 0.02, 0.3])
+def test_kernel_generator_is_a_bernoulli_process(g):
+    # The fused kernel's counter-based generator (its torch-op reference definition; the
+    # kernel agrees with it bit for bit below): counts in windows of 1000 are Binomial.
+    n = 200_000
+    counts = torch.stack([torch.bincount(cext.hashed_seeds(tuple(cext.draw_key().tolist()),
+                                                           cext.thresholds(g), n) // 1000,
+                                         minlength=200) for _ in range(20)]).float().flatten()
+    mean, var = 1000 * g, 1000 * g * (1 - g)
+    assert abs(counts.mean().item() - mean) < 5 * math.sqrt(var / counts.numel())
+    assert abs(counts.var().item() / var - 1) < 0.1
+    # Neighbours are independent: P(seed at i and at i + 1) = g**2 (same group of 8 or not).
+    s = cext.hashed_seeds((5, 7), cext.thresholds(g), 2_000_000)
+    pairs = torch.isin(s + 1, s).sum().item()
+    expect = 2_000_000 * g * g
+    assert abs(pairs - expect) < 5 * math.sqrt(expect) + 1
+
+
 @pytest.mark.parametrize("shape,block", [((300, 8, 14, 14), 7), ((300, 8, 7, 7), 7),
                                          ((200, 8, 30), 5), ((50, 8, 6, 7, 8), 3)])
 @pytest.mark.parametrize("shared", [False, True])
@@ -66,9 +84,9 @@ def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, shared, monkeypatch)
     outs = []
     for use in (True, False):
         monkeypatch.setattr(KA, "USE_CEXT", use)
-        # The torch-op path draws a shared mask densely when the fused kernel is off; force
-        # the sparse draw there so both paths see the same seeds.
-        monkeypatch.setattr(KA, "fused_available", lambda: True)
+        # Off, the kernel's generator runs as torch ops (its reference definition): force that
+        # route so both paths see the same seeds.
+        monkeypatch.setattr(KA, "fused_applies", lambda x: True)
         torch.manual_seed(11)
         y = drop_block(x, 0.15, 5, shared_channels=shared)
         (gx,) = torch.autograd.grad(y, x, g)
@@ -88,6 +106,7 @@ def test_fused_paths_agree_on_other_layouts(layout, shape, monkeypatch):
         pytest.skip("no C compiler here")
     x = torch.randn(shape)
     outs = []
+    monkeypatch.setattr(KA, "fused_applies", lambda x: True)
     for use in (True, False):
         monkeypatch.setattr(KA, "USE_CEXT", use)
         torch.manual_seed(3)
@@ -128,3 +147,83 @@ def test_backward_saves_at_most_one_byte_per_element(make, path):
 def test_sparse_dropblock_saves_only_its_seeds():
     x = torch.randn(16, 64, 14, 14, requires_grad=True)
     assert _saved(lambda: drop_block(x, 0.1, 7)) < x.numel() * 0.05
+
+
+def _fixed_mask(fn):
+    def f(x):
+        with torch.random.fork_rng():
+            torch.manual_seed(9)
+            return fn(x)
+    return f
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("fmt", [None, torch.channels_last])
+def test_every_path_is_differentiable_twice_and_forward_mode(fused, path, shared, fmt):
+    x = torch.randn(3, 4, 9, 9, dtype=torch.float64)
+    if fmt is not None:
+        x = x.to(memory_format=fmt)
+    f = _fixed_mask(lambda t: drop_block(t, 0.2, 3, shared_channels=shared))
+    xr = x.clone().requires_grad_()
+    assert torch.autograd.gradgradcheck(f, (xr,), fast_mode=True)
+    v = torch.randn_like(x)
+    y, jv = torch.func.jvp(f, (x,), (v,))
+    assert torch.equal(jv, f(v))  # linear in x: the tangent is masked like x
+    (gx,) = torch.autograd.grad(f(xr), xr, v)
+    assert torch.equal(gx, jv)  # diagonal Jacobian: backward == forward-mode
+
+
+def test_noise_kernel_is_standard_normal_and_reproducible():
+    if cext.library() is None:
+        pytest.skip("no C compiler here")
+    x = torch.zeros(1_000_003)
+    torch.manual_seed(2)
+    z = pd.functional.gaussian_noise(x, 1.0)
+    torch.manual_seed(2)
+    assert torch.equal(z, pd.functional.gaussian_noise(x, 1.0))
+    n = z.numel()
+    assert abs(z.mean().item()) < 5 / math.sqrt(n) and abs(z.std().item() - 1) < 5 / math.sqrt(n)
+    for t in (-3.0, -2.0, -1.0, -0.5, 0.0, 0.7, 1.5, 2.5):
+        phi = 0.5 * (1 + math.erf(t / math.sqrt(2)))
+        assert abs((z < t).double().mean().item() - phi) < 5 * math.sqrt(phi * (1 - phi) / n)
+    assert abs((z[1:] * z[:-1]).mean().item()) < 5 / math.sqrt(n)  # the pair's two halves
+
+
+@pytest.mark.parametrize("multiplicative", [False, True])
+def test_noise_kernel_gradients_and_forward_mode(multiplicative):
+    if cext.library() is None:
+        pytest.skip("no C compiler here")
+    x = (torch.rand(4, 16, 16, 16) + 0.5).to(memory_format=torch.channels_last)
+    f = _fixed_mask(lambda t: pd.functional.gaussian_noise(t, 0.3,
+                                                          multiplicative=multiplicative))
+    xr = x.clone().requires_grad_()
+    y = f(xr)
+    assert y.grad_fn is not None and "GaussianNoise" in type(y.grad_fn).__name__
+    v = torch.randn_like(x)
+    (gx,) = torch.autograd.grad(y, xr, v)
+    expect = v * (y.detach() / x) if multiplicative else v
+    assert torch.allclose(gx, expect, rtol=1e-5, atol=1e-6)
+    _, jv = torch.func.jvp(f, (x,), (v,))
+    assert torch.allclose(jv, expect, rtol=1e-5, atol=1e-6)
+    (g2,) = torch.autograd.grad(f(xr).square().sum(), xr, create_graph=True)
+    (hv,) = torch.autograd.grad(g2, xr, v)  # Hessian-vector product: 2 m**2 v
+    m = y.detach() / x if multiplicative else torch.ones_like(x)
+    assert torch.allclose(hv, 2 * m * m * v, rtol=1e-4, atol=1e-5)
+
+
+def test_tensor_p_runs_the_kernel_as_a_custom_op_differentiable_twice():
+    if cext.library() is None:
+        pytest.skip("no C compiler here")
+    f = _fixed_mask(lambda t: drop_block(t, torch.tensor(0.2), 3))
+    x = torch.randn(3, 4, 9, 9, dtype=torch.float64, requires_grad=True)
+    y = f(x)
+    assert "block_drop" in type(y.grad_fn).__name__
+    assert torch.autograd.gradgradcheck(f, (x,), fast_mode=True)
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.equal(g, y.detach() / x.detach()) or torch.allclose(g, y.detach() / x.detach())
+    # The float-p route and the op draw the same mask from the same torch seed.
+    torch.manual_seed(4)
+    a = drop_block(x.detach(), torch.tensor(0.2), 3)
+    torch.manual_seed(4)
+    b = drop_block(x.detach(), 0.2, 3)
+    assert torch.equal(a == 0, b == 0)

@@ -129,6 +129,43 @@ class ForwardConformance(TransformConformance):
             y = self.make(self.value)(h)
         assert y.dtype == h.dtype == torch.bfloat16
 
+    def seeded(self, value: Any) -> Any:
+        """The transform as a deterministic function of ``x``: the same mask at every call
+        (gradcheck and ``torch.func`` call it many times)."""
+        t = self.make(value)
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            with torch.random.fork_rng():
+                torch.manual_seed(5)
+                return t(x)
+        return f
+
+    def test_differentiable_twice(self):
+        x = torch.randn(self.input_shape, dtype=torch.float64, requires_grad=True)
+        f = self.seeded(self.value)
+        assert torch.autograd.gradcheck(f, (x,), fast_mode=True)
+        assert torch.autograd.gradgradcheck(f, (x,), fast_mode=True)
+        # A Hessian-vector product through the transform (here of sum(f(x)**2)).
+        v = torch.randn_like(x)
+        (g,) = torch.autograd.grad(f(x).square().sum(), x, create_graph=True)
+        (hv,) = torch.autograd.grad(g, x, v)
+        m = self.multiplier(x.detach(), f(x.detach()))
+        assert torch.allclose(hv, 2 * m * m * v)
+
+    def test_forward_mode_jvp_is_the_transposed_vjp(self):
+        x = torch.randn(self.input_shape, dtype=torch.float64)
+        v, u = torch.randn_like(x), torch.randn_like(x)
+        f = self.seeded(self.value)
+        y, jv = torch.func.jvp(f, (x,), (v,))
+        y2, vjp = torch.func.vjp(f, x)
+        (jtu,) = vjp(u)
+        assert torch.equal(y, y2) and torch.equal(y, f(x))
+        assert torch.allclose((u * jv).sum(), (jtu * v).sum())
+        with torch.autograd.forward_ad.dual_level():
+            dual = torch.autograd.forward_ad.make_dual(x, v)
+            tangent = torch.autograd.forward_ad.unpack_dual(f(dual)).tangent
+        assert torch.allclose(tangent, jv)
+
     def multiplier(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """d(out)/d(x), elementwise, for the forward that gave ``y`` (a mask: ``y / x``)."""
         return y / x

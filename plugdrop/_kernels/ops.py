@@ -1,0 +1,72 @@
+"""The fused DropBlock kernel as a torch custom op, for a 0-dim tensor ``p`` (what
+``torch.compile`` traces). Private.
+
+Inductor cannot see into the C kernel, and its own route (a random number per position from
+its CPU generator, blocks grown by a sliding-window OR) costs 20-30x the eager kernel; as an
+opaque op the compiled graph calls the same kernel as eager mode: compiling never makes
+DropBlock slower, and ``p`` stays a graph input (one graph for a whole ramp). The op reads
+``p`` on the host, so it is used on CPU tensors only (no device synchronization involved).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from . import autograd as KA
+from . import cext, geometry
+
+
+@torch.library.custom_op("plugdrop::block_drop", mutates_args=())
+def block_drop(x: torch.Tensor, p: torch.Tensor, key: torch.Tensor, channels: int,
+               blocks: list[int], expected: bool) -> torch.Tensor:
+    """``x`` with DropBlock applied at probability ``p`` (the fused kernel, seeds drawn from
+    ``key``); ``expected``: rescale by the inverse keep probability, else not at all."""
+    sizes = tuple(x.shape[2:])
+    bl = tuple(blocks)
+    q = geometry.solve_keep(float(p), sizes, bl)
+    if expected:
+        scale = geometry.scale_map(q, sizes, bl, x.device, torch.float32)
+    else:
+        scale = torch.ones((), dtype=torch.float32)
+    valid = tuple(s - b + 1 for s, b in zip(sizes, bl))
+    thresh = cext.thresholds(1.0 - q)
+    if math.prod(valid) == 0:  # pragma: no cover - blocks are clipped to the map
+        return x * scale
+    return KA.hashed_block_drop(x, scale, key, channels, valid, bl, thresh)
+
+
+@block_drop.register_fake
+def _(x: torch.Tensor, p: torch.Tensor, key: torch.Tensor, channels: int, blocks: list[int],
+      expected: bool) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _, p, key, channels, blocks, expected = inputs
+    ctx.save_for_backward(p, key)
+    ctx.meta = (channels, blocks, expected)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    # The same masking of the gradient, through the op itself: differentiable again.
+    p, key = ctx.saved_tensors
+    return block_drop(grad, p, key, *ctx.meta), None, None, None, None, None
+
+
+block_drop.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.compiler.assume_constant_result
+def _kernel_built() -> bool:
+    return cext.library() is not None
+
+
+def applies(x: torch.Tensor, rescale: str) -> bool:
+    """Whether :func:`block_drop` serves ``x`` (a CPU float tensor of a layout the kernel
+    takes, the kernel built and switched on)."""
+    return (KA.USE_CEXT and rescale != "count" and x.device.type == "cpu"
+            and x.dtype in (torch.float32, torch.float64) and 3 <= x.dim() <= 5
+            and cext._sample_layout(x) is not None and _kernel_built())
