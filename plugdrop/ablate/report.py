@@ -23,16 +23,15 @@ import csv
 import io
 import json
 import math
-import os
 import re
 import statistics
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .runs import atomic_write_bytes
 from .stats import Interval, Paired, mean_ci, paired_difference
 
 __all__ = ["CSV_COLUMNS", "Ablation", "Report", "Run", "VariantSummary", "load_ablation",
@@ -705,22 +704,6 @@ class Report:
     warnings: list[str] = field(default_factory=list)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _cell(value: Any) -> str:
     if value is None or isinstance(value, (dict, list)):
         return ""
@@ -803,7 +786,7 @@ def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.9
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 continue
-            _write_atomic(path, data)
+            atomic_write_bytes(path, data)
         except OSError as e:
             raise ConfigError(f"{path}: cannot write ({e.strerror or e}): make {ab.out} "
                               "writable, or copy the folder and report there") from None

@@ -40,6 +40,18 @@ def _t_half_width(values: np.ndarray, confidence: float) -> float:
     return q * sd / math.sqrt(n)
 
 
+def _cell(mean: float, low: float | None, high: float | None, n: int, scale: float,
+          digits: int, sign: str) -> str:
+    """``"m [low, high]"``, ``"m (1 seed, no CI)"`` or ``"-"``; ``sign="+"`` signs numbers."""
+    if n == 0:
+        return "-"
+    fmt = f"{sign}.{digits}f"
+    m = format(mean * scale, fmt)
+    if low is None or high is None:
+        return f"{m} (1 seed, no CI)"
+    return f"{m} [{format(low * scale, fmt)}, {format(high * scale, fmt)}]"
+
+
 def _check_confidence(confidence: float) -> None:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be between 0 and 1 (exclusive), got {confidence!r}")
@@ -78,12 +90,7 @@ class Interval:
             scale: factor applied to every number (100 turns a fraction into percent).
             digits: digits after the decimal point.
         """
-        if self.n == 0:
-            return "-"
-        m = f"{self.mean * scale:.{digits}f}"
-        if self.low is None or self.high is None:
-            return f"{m} (1 seed, no CI)"
-        return f"{m} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]"
+        return _cell(self.mean, self.low, self.high, self.n, scale, digits, "")
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON-able fields."""
@@ -135,12 +142,7 @@ class Paired:
             scale: factor applied to every number (100: fractions to percentage points).
             digits: digits after the decimal point.
         """
-        if self.n == 0:
-            return "-"
-        m = f"{self.mean * scale:+.{digits}f}"
-        if self.low is None or self.high is None:
-            return f"{m} (1 seed, no CI)"
-        return f"{m} [{self.low * scale:+.{digits}f}, {self.high * scale:+.{digits}f}]"
+        return _cell(self.mean, self.low, self.high, self.n, scale, digits, "+")
 
     def format_p(self) -> str:
         """The p-value as a table cell: ``"0.031"``, ``"<0.001"`` or ``"-"``."""

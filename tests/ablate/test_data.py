@@ -3,7 +3,6 @@ loaders (order, sharding, drop_last)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import PIL.Image
 import pytest

@@ -8,7 +8,7 @@ import torch
 
 import plugdrop as pd
 from plugdrop._kernels import autograd as KA
-from plugdrop._kernels import cext, draws, geometry
+from plugdrop._kernels import cext, draws
 from plugdrop.functional import drop_block
 from conftest import sigma_tol
 
