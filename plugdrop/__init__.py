@@ -13,6 +13,7 @@ from . import errors, functional, observe, schedules, transforms
 from ._attach import (
     Handle,
     MixupHandle,
+    NeverFiredWarning,
     Summary,
     SummaryRow,
     attach,
@@ -34,7 +35,7 @@ from .observe import (
     trace,
     watch,
 )
-from .schedules import Schedule, cosine, linear, piecewise, warmup
+from .schedules import LayerValue, Schedule, by_depth, cosine, linear, piecewise, warmup
 from .transforms import (
     ClipGradNorm,
     ClipGradValue,
@@ -62,6 +63,7 @@ __all__ = [
     "summary",
     "Handle",
     "MixupHandle",
+    "NeverFiredWarning",
     "Summary",
     "SummaryRow",
     "Schedule",
@@ -69,6 +71,8 @@ __all__ = [
     "cosine",
     "piecewise",
     "warmup",
+    "by_depth",
+    "LayerValue",
     "errors",
     "functional",
     "observe",

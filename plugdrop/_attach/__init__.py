@@ -30,9 +30,9 @@ from .api import (
     select,
     summary,
 )
-from .handle import Handle, MixupHandle
+from .handle import Handle, MixupHandle, NeverFiredWarning
 from .observer import Observer
 
 __all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "describe", "Handle", "MixupHandle", "ObserverHandle", "Observer", "Summary",
+           "describe", "Handle", "MixupHandle", "NeverFiredWarning", "ObserverHandle", "Observer", "Summary",
            "SummaryRow"]

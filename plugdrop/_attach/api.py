@@ -139,25 +139,26 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
         raise AttachError(f"{type(transform).__name__} mixes layer outputs (and the model input "
                           f"when the root '' is selected): leave where='output'")
     hooks: list[Registered] = []
+    transform._bind_layers([n for n, _ in selected])
     try:
         if isinstance(transform, CoordinatedTransform):
-            transform._bind_layers([n for n, _ in selected])
             root = _selection.walk(model)[0].module
             begin = BeginHook(transform, "", None)
             hooks.append(Registered(root, begin, root.register_forward_pre_hook(begin,
                                                                                 prepend=True)))
         for i, (name, module) in enumerate(selected):
-            transform._prepare(_registry.module_device(module))
+            device = _registry.module_device(module)
+            transform._prepare(device)
             if where == "params" and isinstance(transform, GradientTransform):
-                params = ParamsHook(transform, name, param_sets[i])
+                params = ParamsHook(transform, name, param_sets[i], device)
                 hooks.append(Registered(module, params, module.register_forward_pre_hook(params)))
                 params.install(module)
             elif where == "input" or (coordinated and name == ""):  # the root: mix the input
-                pre = InputHook(transform, name, element)
+                pre = InputHook(transform, name, element, device)
                 hooks.append(Registered(module, pre, module.register_forward_pre_hook(
                     pre, with_kwargs=True)))
             else:
-                post = OutputHook(transform, name, element)
+                post = OutputHook(transform, name, element, device)
                 hooks.append(Registered(module, post, module.register_forward_hook(post)))
     except BaseException:
         for entry in hooks:
@@ -224,6 +225,7 @@ class SummaryRow(NamedTuple):
     values: dict[str, float]
     step: int
     kind: str = "transform"  #: "transform" or "observer"
+    calls: int = 0  #: times the transform ran at this layer (training forwards / backwards)
 
 
 class Summary(list):
@@ -232,9 +234,10 @@ class Summary(list):
     def __str__(self) -> str:
         if not self:
             return "(no plugdrop attachments)"
-        header = ("layer", "transform", "where", "step", "current values")
+        header = ("layer", "transform", "where", "step", "calls", "current values")
         rows = [(r.layer or "(root)", r.transform, r.where,
                  str(r.step) if r.kind == "transform" else "-",
+                 str(r.calls) if r.kind == "transform" else "-",
                  ", ".join(f"{k}={v:.6g}" for k, v in r.values.items())
                  if r.kind == "transform" else "(observer)") for r in self]
         return format_table(header, rows, rule=True)
@@ -245,7 +248,10 @@ class Summary(list):
 
 def summary(model: nn.Module) -> Summary:
     """The plugdrop attachments of ``model``: one row per (layer, transform), in module order,
-    with the current value of each numeric setting, and one per (layer, observer) for the
+    with the current value of each numeric setting at that layer (per-layer settings, see
+    :func:`plugdrop.by_depth`, show each layer's own) and the number of times the transform ran
+    there (``calls``: training forwards for forward transforms, forwards under autograd for
+    gradient transforms), and one per (layer, observer) for the
     observers of :mod:`plugdrop.observe`. ``print(summary(model))`` shows a table.
     """
     if not isinstance(model, nn.Module):
@@ -256,7 +262,8 @@ def summary(model: nn.Module) -> Summary:
         if isinstance(hook, BeginHook):
             continue
         if isinstance(t, Transform):
-            out.append(SummaryRow(name, repr(t), hook.where, t.values(), t.step_count))
+            out.append(SummaryRow(name, repr(t), hook.where, t.values(name), t.step_count,
+                                  calls=hook.count()))
         else:
             out.append(SummaryRow(name, repr(t), hook.where, {}, 0, "observer"))
     return out
