@@ -19,6 +19,8 @@ from ._attach import (
     attach,
     detach,
     handles,
+    NotResidualWarning,
+    residual_branches,
     select,
     summary,
 )
@@ -59,6 +61,8 @@ __all__ = [
     "attach",
     "detach",
     "handles",
+    "residual_branches",
+    "NotResidualWarning",
     "select",
     "summary",
     "Handle",

@@ -27,6 +27,8 @@ from .api import (
     forward_transforms,
     handles,
     observe,
+    residual_branches,
+    NotResidualWarning,
     select,
     summary,
 )
@@ -34,5 +36,5 @@ from .handle import Handle, MixupHandle, NeverFiredWarning
 from .observer import Observer
 
 __all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "describe", "Handle", "MixupHandle", "NeverFiredWarning", "ObserverHandle", "Observer", "Summary",
+           "describe", "residual_branches", "NotResidualWarning", "Handle", "MixupHandle", "NeverFiredWarning", "ObserverHandle", "Observer", "Summary",
            "SummaryRow"]

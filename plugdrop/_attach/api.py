@@ -3,16 +3,24 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import re
+import warnings
+from typing import Any, NamedTuple
 
 import torch.nn as nn
 
 from .. import _selection
 from .._selection import Selector
 from .._table import format_table
-from ..errors import AttachError
-from ..transforms import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
-from . import _registry
+from ..errors import AttachError, SelectorError
+from ..transforms import (
+    CoordinatedTransform,
+    DropPath,
+    ForwardTransform,
+    GradientTransform,
+    Transform,
+)
+from . import _registry, _residual
 from ._hooks import BeginHook, InputHook, OutputHook
 from ._params import ParamsHook
 from ._registry import Registered
@@ -20,7 +28,115 @@ from .handle import Handle, MixupHandle
 from .observer import Observer
 
 __all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "Summary", "SummaryRow", "ObserverHandle"]
+           "residual_branches", "Summary", "SummaryRow", "ObserverHandle",
+           "NotResidualWarning"]
+
+
+def _bare(model: nn.Module) -> nn.Module:
+    """The model inside its wrappers (DDP, torch.compile...)."""
+    return next(e.module for e in _selection.walk(model) if not e.wrapper)
+
+
+class NotResidualWarning(UserWarning):
+    """DropPath attached to a module that is not a residual branch: it then drops the whole
+    sample's features instead of skipping a block."""
+
+
+def residual_branches(model: nn.Module, example_input: Any) -> list[str]:
+    """The modules of ``model`` whose output is added to a shortcut: where DropPath belongs.
+
+    Runs ``model`` once on ``example_input`` (in eval mode, the training flags restored
+    after; a tuple is passed as positional inputs, a dict as keyword inputs) and watches every
+    tensor addition: ``a + b`` inside a module ``S`` is a residual connection when one operand
+    was returned by a module inside ``S`` and the other is an autograd ancestor of it (an
+    identity shortcut, ``x + f(x)``) or the output of a module of ``S`` whose input is (a
+    projection shortcut, ``downsample(x) + f(x)``). The branch is the outermost module inside
+    ``S`` that returned the added tensor: ``blocks.3.drop_path1`` in a timm ViT, ``layer1.0.bn2``
+    in a torchvision ResNet, ``mlp`` in ``x + self.mlp(x)``. Works on any model the example
+    input runs through, control flow included (nothing is symbolically traced).
+
+    The result is remembered for ``model``: afterwards the selector ``"residual:"`` (all
+    branches) or ``"residual:<glob>"`` (the branches matching the glob) works in
+    :func:`attach`, :func:`select` and ``exclude`` (``"residual:layer3.*"``: the branches
+    inside the modules the glob names, or named by it), and attaching :class:`DropPath` elsewhere
+    warns (:class:`NotResidualWarning`).
+
+    Args:
+        model: any ``nn.Module`` (wrappers seen through: names are the bare model's).
+        example_input: one input batch (a small one is enough: shapes only need to be valid).
+
+    Returns:
+        Module names in ``named_modules()`` order.
+
+    Raises:
+        AttachError: the model failed on the example input; the message names the module
+            that was running and the error.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"residual_branches() needs a torch.nn.Module, got "
+                        f"{type(model).__name__}")
+    return _residual.find(_bare(model), example_input)
+
+
+class _ResidualSelector:
+    """The selector ``"residual:<glob>"``: residual branches found for the model."""
+
+    def __init__(self, text: str, branches: list[str]) -> None:
+        self.text = text
+        glob = text[len("residual:"):]
+        rx = re.compile(_selection.glob_to_regex(glob)) if glob else None
+        self.names = {n for n in branches if rx is None or any(
+            rx.fullmatch(".".join(n.split(".")[:k])) for k in range(1, n.count(".") + 2))}
+
+    def __call__(self, name: str, module: nn.Module) -> bool:
+        return name in self.names
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+
+def _expand(model: nn.Module, selector: Selector) -> Selector:
+    """Turn ``"residual:..."`` strings into selectors of the branches found for ``model``."""
+    if isinstance(selector, str) and selector.startswith("residual:"):
+        found = _residual.known(_bare(model))
+        if found is None:
+            raise SelectorError(
+                f"selector {selector!r} needs the residual branches of the model: call "
+                f"plugdrop.residual_branches(model, example_input) first (it runs the model "
+                f"once and remembers them)")
+        return _ResidualSelector(selector, found)
+    if isinstance(selector, (list, set, frozenset)):
+        return [_expand(model, s) for s in selector]
+    return selector
+
+
+def _resolve(model: nn.Module, selector: Selector, exclude: Selector | None
+             ) -> list[tuple[str, nn.Module]]:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return _selection.resolve(model, _expand(model, selector),
+                              None if exclude is None else _expand(model, exclude))
+
+
+def _check_residual(model: nn.Module, transform: Transform, layers: list[str]) -> None:
+    """Warn when DropPath goes on modules that are not residual branches (when known)."""
+    if not isinstance(transform, DropPath):
+        return
+    found = _residual.known(_bare(model))
+    if not found:
+        return
+    wrong = [n for n in layers if n not in found]
+    if not wrong:
+        return
+    first = wrong[0]
+    near = [b for b in found if b.startswith(first + ".")] or [
+        b for b in found if b.rsplit(".", 1)[0] == first.rsplit(".", 1)[0]] or found
+    warnings.warn(
+        f"DropPath attached to {len(wrong)} module(s) that are not residual branches: "
+        f"{', '.join(map(repr, wrong[:6]))}{' ...' if len(wrong) > 6 else ''}. There it drops "
+        f"the whole sample's features; the residual branches are e.g. "
+        f"{', '.join(map(repr, near[:4]))} (selector 'residual:', see "
+        f"plugdrop.residual_branches)", NotResidualWarning, stacklevel=3)
 
 _WHERE = ("output", "input", "params")
 
@@ -47,7 +163,7 @@ def select(model: nn.Module, selector: Selector, *, exclude: Selector | None = N
             the closest existing names.
         TypeError: ``model`` is not a module, or a selector is of an unsupported type.
     """
-    return [name for name, _ in _selection.resolve(model, selector, exclude)]
+    return [name for name, _ in _resolve(model, selector, exclude)]
 
 
 def attach(model: nn.Module, selector: Selector, transform: Transform, *,
@@ -116,7 +232,7 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             f"this {type(transform).__name__} object is already attached; every attach needs "
             f"its own transform object (or select all layers in one attach with a list)"
         )
-    selected = _selection.resolve(model, selector, exclude)
+    selected = _resolve(model, selector, exclude)
 
     param_sets: list[list[str]] = []
     if where == "params":
@@ -165,6 +281,7 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             _registry.remove(entry)
         raise
     transform._attached = True
+    _check_residual(model, transform, [n for n, _ in selected])
     _registry.invalidate_compiled()
     cls = MixupHandle if coordinated else Handle
     return cls(transform, where, [n for n, _ in selected], hooks)
@@ -283,7 +400,7 @@ def observe(model: nn.Module, selector: Selector, observer: Observer, *,
     if where not in ("output", "input"):
         raise AttachError(f"observers watch where='output' or 'input', got {where!r}")
     hooks: list[Registered] = []
-    for name, module in _selection.resolve(model, selector, exclude):
+    for name, module in _resolve(model, selector, exclude):
         if where == "input":
             pre = InputHook(observer, name, element)
             hooks.append(Registered(module, pre, module.register_forward_pre_hook(
