@@ -39,10 +39,13 @@ from .observe import (
 )
 from .schedules import LayerValue, Schedule, by_depth, cosine, linear, piecewise, warmup
 from .transforms import (
+    CentralizeGrad,
+    ClipGradAdaptive,
     ClipGradNorm,
     ClipGradValue,
     CoordinatedTransform,
     DropBlock,
+    DropHead,
     Dropout,
     Dropout2d,
     DropPath,
@@ -51,6 +54,7 @@ from .transforms import (
     GradientTransform,
     GradNoise,
     ManifoldMixup,
+    PatchUp,
     ScaleGrad,
     Transform,
 )

@@ -151,9 +151,11 @@ def select(model: nn.Module, selector: Selector, *, exclude: Selector | None = N
         selector: a glob over qualified module names (``"layer3.*"``: ``*`` matches within one
             dotted segment, ``**`` any number of segments, zero included; ``?`` and ``[...]``
             as in fnmatch; ``""`` is the root), a ``"re:"`` regular expression (full match), an
-            ``nn.Module`` type or tuple of types, a predicate ``(name, module) -> bool``, or a
-            list of these (union).
-        exclude: the same forms; matching modules are removed from the selection.
+            ``nn.Module`` type or tuple of types, a module object of the model
+            (``model.layer3``), a predicate ``(name, module) -> bool``, ``"residual:"`` /
+            ``"residual:<glob>"`` (see :func:`residual_branches`), or a list of these (union).
+        exclude: the same forms; matching modules are removed from the selection. Each
+            must match some module (a typo raises instead of excluding nothing).
 
     Returns:
         Names in ``named_modules()`` order, without duplicates.
@@ -182,7 +184,10 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
         exclude: modules to leave out; same forms as ``selector``.
         where: ``"output"`` (default): what the module returns; ``"input"``: its first
             positional input; ``"params"`` (gradient transforms only): the gradients of the
-            module's parameters (those of its children included), each tensor on its own.
+            module's parameters (those of its children included), each tensor on its own;
+            the parameters of excluded modules are left alone even when an ancestor is
+            selected (the root ``""`` with ``exclude="head"``: every parameter but the
+            head's).
         element: for modules returning a tuple/list or dict (attention, LSTM), the index or key
             of the tensor to act on; default: the first tensor. With ``where="input"``, the
             positional index or keyword name of the input.
@@ -227,6 +232,9 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             )
         if element is not None:
             raise AttachError("element= does not apply to where='params'")
+    elif isinstance(transform, GradientTransform) and transform.params_only:
+        raise AttachError(f"{type(transform).__name__} acts on the gradients of parameters (it "
+                          f"needs the parameter itself): attach it with where='params'")
     if transform._attached:
         raise AttachError(
             f"this {type(transform).__name__} object is already attached; every attach needs "
@@ -236,7 +244,9 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
 
     param_sets: list[list[str]] = []
     if where == "params":
-        seen: set[int] = set()
+        # parameters of excluded modules stay untouched, even under a selected ancestor
+        seen: set[int] = set() if exclude is None else {
+            id(p) for _, m in _resolve(model, exclude, None) for p in m.parameters()}
         for name, module in selected:
             owned = []
             for pname, p in module.named_parameters():

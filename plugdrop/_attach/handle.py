@@ -183,8 +183,9 @@ class MixupHandle(Handle):
         return t
 
     @property
-    def lam(self) -> float | None:
-        """The mixing weight of the last training forward (``None`` if it did not mix)."""
+    def lam(self) -> float | torch.Tensor | None:
+        """The mixing weight of the last training forward (``None`` if it did not mix; a 0-dim
+        tensor for :class:`PatchUp`, read without a host synchronization)."""
         last = self._coordinated.last
         return None if last is None else last["lam"]
 

@@ -193,8 +193,11 @@ class GradientTransform(Transform):
     """A transform of gradients; forward values are left bit-identical.
 
     ``apply`` receives the gradient of an activation; :meth:`_apply_param` (default: ``apply``)
-    the gradient of one parameter tensor (``where="params"``).
+    the gradient of one parameter tensor (``where="params"``). A transform with
+    ``params_only = True`` needs the parameter itself and attaches with ``where="params"`` only.
     """
+
+    params_only = False
 
     def _apply_param(self, g: torch.Tensor, *args: Any, **values: Any) -> torch.Tensor:
         return self.apply(g, **values)

@@ -12,7 +12,7 @@ from ..errors import SettingError
 from ..schedules import ScheduleLike
 from .base import Check, ForwardTransform
 
-__all__ = ["DropBlock", "Dropout2d", "Dropout", "DropPath"]
+__all__ = ["DropBlock", "Dropout2d", "Dropout", "DropPath", "DropHead"]
 
 
 class _Layout(ForwardTransform):
@@ -138,3 +138,35 @@ class DropPath(ForwardTransform):
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._drop_path(x, p, self.scale_by_keep)
+
+
+class DropHead(ForwardTransform):
+    """DropHead (Zhou et al., 2020): drop whole attention heads per sample with probability
+    ``p``, rescaling the kept heads by ``1 / (1 - p)``.
+
+    Attach it to the *input* of an attention's output projection, where the heads' outputs lie
+    side by side: for timm's ViT-style attention,
+    ``attach(vit, "blocks.*.attn.proj", DropHead(0.1, num_heads=vit.blocks[0].attn.num_heads),
+    where="input")``.
+
+    Args:
+        p: head drop probability in ``[0, 1)``; a number, a schedule or
+            :func:`plugdrop.by_depth`.
+        num_heads: the number of heads, dividing the channel dim.
+
+    Shape: ``(B, ..., C)`` with ``C = num_heads * head_dim``; output of the same shape.
+
+    Raises:
+        ShapeError: ``C`` not divisible by ``num_heads`` (at the forward).
+        SettingError: a bad ``p`` or ``num_heads``.
+    """
+
+    def __init__(self, p: ScheduleLike, num_heads: int) -> None:
+        super().__init__(p=(p, _checks.probability))
+        self.num_heads = _checks.count("num_heads", num_heads)
+
+    def _options(self) -> dict[str, Any]:
+        return {"num_heads": self.num_heads}
+
+    def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
+        return F._drop_head(x, p, self.num_heads)
