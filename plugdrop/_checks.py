@@ -52,6 +52,14 @@ def finite(name: str, value: object) -> float:
     return value
 
 
+def norm_order(name: str, value: object) -> float:
+    """The p of a p-norm: a number > 0, ``math.inf`` included (the max norm)."""
+    value = real(name, value)
+    if not value > 0.0:
+        raise SettingError(f"{name} must be > 0 (math.inf for the max norm), got {value:g}")
+    return value
+
+
 def unit(name: str, value: object) -> float:
     value = real(name, value)
     if not 0.0 <= value <= 1.0:

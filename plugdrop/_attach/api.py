@@ -241,6 +241,9 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             f"its own transform object (or select all layers in one attach with a list)"
         )
     selected = _resolve(model, selector, exclude)
+    if isinstance(transform, ForwardTransform) and where == "output":
+        for name, module in selected:
+            transform._check_layer(name, module, _bare(model))
 
     param_sets: list[list[str]] = []
     if where == "params":

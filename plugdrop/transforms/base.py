@@ -181,12 +181,32 @@ class Transform:
                 current.get(device)
 
 
+def _floating(transform: Transform, x: torch.Tensor) -> None:
+    if not (x.is_floating_point() or x.is_complex()):
+        raise TypeError(f"{type(transform).__name__} acts on floating-point activations, got a "
+                        f"{x.dtype} tensor of shape {tuple(x.shape)} (token ids, masks?); "
+                        f"select a layer whose output is float, or pick the element with "
+                        f"element=")
+
+
 class ForwardTransform(Transform):
-    """A transform of activations, applied in training mode only."""
+    """A transform of activations, applied in training mode only.
+
+    Raises ``TypeError`` on integer or boolean tensors (they cannot be dropped and rescaled).
+    """
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        _floating(self, x)
+        return super().__call__(x)
 
     def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         """Apply at the named layer (the attachment calls this)."""
+        _floating(self, x)
         return self.apply(x, **self._values(x.device, layer))
+
+    def _check_layer(self, name: str, module: object, model: object = None) -> None:
+        """Called by attach for each selected module (and the bare model): raise early on
+        what cannot work there, or read settings the model knows."""
 
 
 class GradientTransform(Transform):

@@ -78,7 +78,8 @@ class ClipGradNorm(_ScaledGradient):
 
     Args:
         max_norm: the largest norm allowed, ``> 0``; a number or a schedule.
-        norm_type: the p of the p-norm. Default: 2.
+        norm_type: the p of the p-norm, ``> 0``; ``math.inf`` clips on the largest absolute
+            value. Default: 2.
         scaler: the ``torch.amp.GradScaler`` of mixed-precision training, if any, so that
             ``max_norm`` means an unscaled norm (see :class:`ClipGradValue`).
     """
@@ -86,7 +87,7 @@ class ClipGradNorm(_ScaledGradient):
     def __init__(self, max_norm: ScheduleLike, *, norm_type: float = 2.0,
                  scaler: Any = None) -> None:
         super().__init__(scaler, max_norm=(max_norm, _checks.positive))
-        self.norm_type = _checks.positive("norm_type", norm_type)
+        self.norm_type = _checks.norm_order("norm_type", norm_type)
 
     def _options(self) -> dict[str, Any]:
         opts = {} if self.norm_type == 2.0 else {"norm_type": self.norm_type}

@@ -139,3 +139,15 @@ def test_centralized_conv_and_linear_weights_have_zero_mean_per_unit(net):
         assert w.grad.abs().max() > 1e-4
         assert torch.allclose(w.grad.flatten(1).mean(1), torch.zeros(w.shape[0]), atol=1e-6)
     assert torch.equal(net.fc.bias.grad, torch.full_like(net.fc.bias, 2.0))  # left alone
+
+
+class TestClipGradNormInf(TestClipGradNorm):
+    def make(self, value):
+        return pd.ClipGradNorm(value, norm_type=math.inf)
+
+    def expected(self, g, value, per_sample):
+        if per_sample:
+            norms = g.flatten(1).abs().amax(1).view(-1, *([1] * (g.dim() - 1)))
+        else:
+            norms = g.abs().max()
+        return g * (value / (norms + 1e-6)).clamp(max=1.0)
