@@ -247,13 +247,26 @@ class LayerValue:
     """
 
     def __init__(self, rule: LayerRule, schedule: Schedule | None = None,
-                 text: str | None = None) -> None:
+                 text: str | None = None, by: str = "layer") -> None:
+        if by not in ("layer", "parent"):
+            raise SettingError(f"by must be 'layer' or 'parent', got {by!r}")
+        self.by = by
         if not callable(rule):
             raise TypeError(f"a per-layer rule must be a callable (index, count, name) -> "
                             f"value, got {type(rule).__name__} {rule!r}")
         self.rule = rule
         self.schedule: Schedule = schedule if schedule is not None else Constant(1.0)
         self.text = text if text is not None else getattr(rule, "__name__", repr(rule))
+
+    def positions(self, layers: list[str]) -> list[tuple[int, int]]:
+        """``(index, count)`` of each layer: its own position, or (``by="parent"``) that of
+        its parent module among the parents of the selection (so timm's two branches of a
+        block share their block's value)."""
+        if self.by == "layer":
+            return [(i, len(layers)) for i in range(len(layers))]
+        parents = [name.rsplit(".", 1)[0] if "." in name else "" for name in layers]
+        order = list(dict.fromkeys(parents))
+        return [(order.index(p), len(order)) for p in parents]
 
     def at(self, index: int, count: int, name: str) -> float:
         """The depth factor of one layer (without the step schedule)."""
@@ -277,7 +290,7 @@ class LayerValue:
             schedule = as_schedule(other)
         else:
             return NotImplemented
-        return LayerValue(self.rule, schedule, self.text)
+        return LayerValue(self.rule, schedule, self.text, self.by)
 
     __rmul__ = __mul__
 
@@ -300,14 +313,18 @@ class _Linear:
         return self.start + (self.end - self.start) * index / (count - 1)
 
 
-def by_depth(start: float | LayerRule, end: float | None = None) -> LayerValue:
+def by_depth(start: float | LayerRule, end: float | None = None, *,
+             by: str = "layer") -> LayerValue:
     """A setting that varies with the depth of each attached layer.
 
     ``by_depth(start, end)`` rises linearly from ``start`` at the first selected layer to
     ``end`` at the last, in ``named_modules()`` order (timm's stochastic depth rule,
     ``torch.linspace(start, end, count)``; with one layer, ``start``). ``by_depth(rule)`` takes
-    any picklable callable ``rule(index, count, name) -> value``. Multiply by a step schedule
-    to vary the values with the step as well::
+    any picklable callable ``rule(index, count, name) -> value``. With ``by="parent"``, the
+    position is that of each layer's parent module among the parents of the selection: timm's
+    ``blocks.*.drop_path1`` and ``drop_path2`` then share their block's rate, exactly as timm's
+    ``drop_path_rate`` gives them. Multiply by a step schedule to vary the values with the
+    step as well::
 
         >>> p = pd.by_depth(0.0, 0.1) * pd.linear(0.0, 1.0, steps=1000)
         >>> h = pd.attach(vit, "blocks.*.mlp", pd.DropPath(p))
@@ -320,17 +337,19 @@ def by_depth(start: float | LayerRule, end: float | None = None) -> LayerValue:
     Raises:
         TypeError: ``start``/``end`` not real numbers, or ``end`` missing (or given with a
             callable).
+        SettingError: ``by`` other than ``"layer"`` or ``"parent"``.
     """
     if callable(start):
         if end is not None:
             raise TypeError("by_depth(rule) takes a callable alone; by_depth(start, end) "
                             "takes two numbers")
-        return LayerValue(start)
+        return LayerValue(start, by=by)
     if end is None:
         raise TypeError("by_depth(start, end) needs both numbers (or one callable "
                         "(index, count, name) -> value)")
     rule = _Linear(start, end)
-    return LayerValue(rule, text=f"by_depth({rule.start:g}, {rule.end:g})")
+    extra = "" if by == "layer" else f", by={by!r}"
+    return LayerValue(rule, text=f"by_depth({rule.start:g}, {rule.end:g}{extra})", by=by)
 
 
 ScheduleLike = Union[float, int, Schedule, Callable[[int], float], LayerValue]

@@ -69,8 +69,8 @@ class _Setting:
         """Give each of ``layers`` its own value (a per-layer setting only)."""
         if self.depth is None:
             return
-        n = len(layers)
-        self.factors = {name: self.depth.at(i, n, name) for i, name in enumerate(layers)}
+        self.factors = {name: self.depth.at(i, n, name)
+                        for (i, n), name in zip(self.depth.positions(layers), layers)}
         self.layers = {name: PerDevice(0.0) for name in layers}
         self.set_step(step)
 

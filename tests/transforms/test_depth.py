@@ -132,3 +132,17 @@ def test_gradient_transforms_take_per_layer_values():
     pd.attach(m, ["0", "2"], pd.ScaleGrad(pd.by_depth(0.0, 1.0)), where="params")
     m(x).sum().backward()
     assert torch.count_nonzero(m[0].weight.grad) == 0 and torch.count_nonzero(m[2].weight.grad)
+
+
+def test_by_parent_gives_both_branches_of_a_block_its_rate_as_timm():
+    timm = pytest.importorskip("timm")
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=4, num_classes=3)
+    h = pd.attach(vit, ["blocks.*.drop_path1", "blocks.*.drop_path2"],
+                  pd.DropPath(pd.by_depth(0.0, 0.1, by="parent")))
+    rates = calculate_drop_path_rates(0.1, 4)
+    for i in range(4):
+        for branch in ("drop_path1", "drop_path2"):
+            assert h.transform.values(f"blocks.{i}.{branch}")["p"] == pytest.approx(rates[i])
+    assert "by='parent'" in repr(h.transform)
+    with pytest.raises(pd.SettingError, match="by"):
+        pd.by_depth(0.0, 0.1, by="block")
