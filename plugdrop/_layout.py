@@ -180,3 +180,20 @@ def tokens_to_grid(x: torch.Tensor, grid: tuple[int, int], prefix: int
         return torch.cat([head, y], dim=1) if prefix else y
 
     return x[:, prefix:].reshape(b, grid[0], grid[1], c), restore
+
+
+def describe(shape: tuple[int, ...]) -> str:
+    """The layout a map-reading transform would use for an output of ``shape`` by default, or
+    what it needs to be told (for :func:`plugdrop.layers`)."""
+    nd = len(shape)
+    if nd == 3:
+        if _suspicious(torch.Size(shape)) is not None:
+            return "tokens? (pass layout)"
+        return "channels_first (B, C, L)? or sequence / tokens: pass layout"
+    if nd == 4:
+        if _suspicious(torch.Size(shape)) is not None:
+            return "channels_last? (pass layout)"
+        return "channels_first"
+    if nd == 5:
+        return "channels_first"
+    return "-"  # no map: Dropout / DropPath territory

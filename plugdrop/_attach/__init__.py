@@ -27,6 +27,7 @@ from .api import (
     forward_transforms,
     handles,
     observe,
+    known_residual_branches,
     residual_branches,
     NotResidualWarning,
     select,
@@ -36,5 +37,5 @@ from .handle import Handle, MixupHandle, NeverFiredWarning
 from .observer import Observer
 
 __all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "describe", "residual_branches", "NotResidualWarning", "Handle", "MixupHandle", "NeverFiredWarning", "ObserverHandle", "Observer", "Summary",
+           "describe", "residual_branches", "known_residual_branches", "NotResidualWarning", "Handle", "MixupHandle", "NeverFiredWarning", "ObserverHandle", "Observer", "Summary",
            "SummaryRow"]

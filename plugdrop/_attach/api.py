@@ -28,8 +28,13 @@ from .handle import Handle, MixupHandle
 from .observer import Observer
 
 __all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "residual_branches", "Summary", "SummaryRow", "ObserverHandle",
+           "residual_branches", "known_residual_branches", "Summary", "SummaryRow", "ObserverHandle",
            "NotResidualWarning"]
+
+
+def known_residual_branches(model: nn.Module) -> list[str] | None:
+    """The branches :func:`residual_branches` found for ``model`` (``None``: not analysed)."""
+    return _residual.known(_bare(model))
 
 
 def _bare(model: nn.Module) -> nn.Module:
