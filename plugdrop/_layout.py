@@ -76,7 +76,9 @@ def _suspicious(shape: torch.Size) -> str | None:
             "transformers produce; pass layout='tokens' (layout='sequence' for a sequence "
             "without a patch grid, layout='channels_first' if it really is (B, C, L))"
         )
-    if len(shape) == 4 and shape[1] == shape[2] and shape[3] >= 16 and shape[3] > shape[2]:
+    # a square H == W read channels-last, a non-square map read channels-first: pvt_v2's
+    # (B, 56, 56, 32) patch embedding, swin at 384 px
+    if len(shape) == 4 and shape[1] == shape[2] != shape[3] and shape[3] >= 16:
         return (
             "it looks channels-last (B, H, W, C), as swin and other timm models produce; pass "
             "layout='channels_last' (or layout='channels_first' if it really is (B, C, H, W))"

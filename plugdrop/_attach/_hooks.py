@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..transforms import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
+from .. import _compat
 from . import _structure
 from .observer import Observer
 
@@ -30,7 +31,8 @@ class _Hook:
         # Calls in training (forward transforms) or with autograd on (gradient transforms):
         # a Python int in eager mode, a 0-dim tensor counted inside compiled graphs (no sync).
         self.calls = 0
-        self.traced_calls = torch.zeros((), dtype=torch.int64, device=device)
+        self.traced_calls = _compat.mark_static(torch.zeros((), dtype=torch.int64,
+                                                            device=device))
 
     def _count(self) -> None:
         if torch.compiler.is_compiling():

@@ -300,3 +300,11 @@ def test_grid_and_prefix_tokens_come_from_a_timm_model():
     pd.attach(vit, "blocks.0", t)
     assert t.grid_size == (2, 4) and t.prefix_tokens == 5
     vit.train()(torch.randn(2, 3, 32, 64))
+
+
+@pytest.mark.parametrize("shape", [(2, 56, 56, 32), (2, 12, 12, 768)])
+def test_channels_last_maps_with_few_channels_are_not_read_channels_first(shape):
+    with pytest.raises(pd.ShapeError, match="layout='channels_last'"):
+        drop_block(torch.randn(shape), 0.1, 3)
+    drop_block(torch.randn(shape), 0.1, 3, layout="channels_last")
+    drop_block(torch.randn(2, 8, 14, 14), 0.1, 3)  # square channels-first maps pass
