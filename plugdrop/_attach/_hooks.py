@@ -55,6 +55,8 @@ class _Hook:
     def _act(self, module: nn.Module, value: Any, element: int | str | None) -> Any:
         """Apply the target to the chosen tensor of ``value``; ``None`` if nothing changes."""
         target = self.target
+        if isinstance(value, torch.fx.Proxy):  # symbolic tracing (residual_branches)
+            return None
         if isinstance(target, Observer):
             return self._observe(module, value, element, target)
         forward = isinstance(target, ForwardTransform)

@@ -1,5 +1,6 @@
-"""Residual branches found by running the model once: the modules whose output is added to a
-shortcut of the block that calls them (where DropPath belongs).
+"""Residual branches found by running the model once (or, without an example input, by
+tracing it symbolically with torch.fx): the modules whose output is added to a shortcut of the
+block that calls them (where DropPath belongs).
 
 One forward of an example input (in eval mode, under autograd, the model restored after)
 records, through forward pre-hooks and hooks, which module returned which tensor and which
@@ -14,8 +15,11 @@ block, ``bn2`` in a torchvision ResNet block, ``mlp`` in ``x + self.mlp(x)``).
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any
+
+import torch.fx as fx
 
 import torch
 import torch.nn as nn
@@ -29,6 +33,11 @@ _ADDS = {torch.add, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.__add__,
 
 #: model -> the residual branches found by its last analysis
 _FOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: model -> modules whose output is a branch's output unchanged (``mlp`` under an identity
+#: ``drop_path``): DropPath there is the same as on the branch
+_SAME: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: models torch.fx could not trace (not tried again)
+_UNTRACEABLE: weakref.WeakSet = weakref.WeakSet()
 
 
 def _node(t: torch.Tensor, leaves: dict[int, Any]) -> Any:
@@ -66,6 +75,7 @@ class _Recorder:
         self.keep: list[torch.Tensor] = []          # keeps ids valid during the forward
         self.leaves: dict[int, Any] = {}
         self.branches: set[str] = set()
+        self.same: set[str] = set()
 
     def _inside(self, name: str) -> bool:
         scope = self.stack[-1] if self.stack else ""
@@ -82,6 +92,7 @@ class _Recorder:
                 continue
             if _is_ancestor(short, branch, self.leaves) or self._projection(short, branch):
                 self.branches.add(name)
+                self.same.update(n for n in self.produced.get(id(branch), []) if self._inside(n))
                 return
 
     def _projection(self, short: torch.Tensor, branch: torch.Tensor) -> bool:
@@ -177,9 +188,143 @@ def find(model: nn.Module, example_input: Any) -> list[str]:
             m.training = training
     found = [e.name for e in entries if e.name in rec.branches]
     _FOUND[model] = found
+    _SAME[model] = rec.same
     return found
 
 
 def known(model: nn.Module) -> list[str] | None:
     """The branches found by the last analysis of ``model`` (``None``: never analysed)."""
     return _FOUND.get(model)
+
+
+def equivalent(model: nn.Module, name: str) -> bool:
+    """Whether DropPath on module ``name`` acts as on a residual branch: a branch, a module
+    inside one, or one whose output reaches a branch unchanged (through identities)."""
+    found = _FOUND.get(model) or []
+    return name in _SAME.get(model, ()) or any(
+        name == b or name.startswith(b + ".") for b in found)
+
+
+# ------------------------------------------------------------------- symbolic (torch.fx)
+
+_FX_ADDS = {operator.add, operator.iadd, torch.add}
+_FX_METHODS = {"add", "add_", "__add__", "__radd__", "__iadd__"}
+
+
+class _Tracer(fx.Tracer):
+    """An fx tracer that remembers the module it was in when tracing failed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed_in: str | None = None
+
+    def call_module(self, m: nn.Module, forward: Any, args: Any, kwargs: Any) -> Any:
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception:
+            if self.failed_in is None:
+                self.failed_in = self.path_of_module(m)
+            raise
+
+
+def _stack(node: fx.Node) -> list[str]:
+    return [path for path, _ in node.meta.get("nn_module_stack", {}).values()]
+
+
+def _fx_ancestors(node: fx.Node) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(n.all_input_nodes)
+    return seen
+
+
+def _below(node: fx.Node, scope: list[str]) -> str | None:
+    """The module just inside ``scope`` that produced ``node``."""
+    stack = _stack(node)
+    if stack[:len(scope)] != scope or len(stack) <= len(scope):
+        return None
+    return stack[len(scope)]
+
+
+def _module_inputs(node: fx.Node, path: str) -> list[fx.Node]:
+    """The nodes from outside module ``path`` that its computation of ``node`` reads."""
+    out, seen, todo = [], set(), [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if path in _stack(n):
+            todo.extend(n.all_input_nodes)
+        else:
+            out.append(n)
+    return out
+
+
+def find_symbolic(model: nn.Module) -> list[str]:
+    """:func:`find` without an example input, by tracing ``model`` with torch.fx."""
+    tracer = _Tracer()
+    try:
+        with torch.no_grad():  # plugdrop's hooks stay idle on fx proxies (see _hooks)
+            graph = tracer.trace(model)
+    except Exception as e:
+        where = tracer.failed_in
+        raise AttachError(
+            f"residual_branches could not trace {type(model).__name__} symbolically (torch.fx)"
+            f"{'' if where is None else f': it failed in module {where!r}'}: "
+            f"{type(e).__name__}: {e}. Pass an example input, "
+            f"plugdrop.residual_branches(model, x), which runs the model instead") from e
+    branches: set[str] = set()
+    same: set[str] = set()
+    for node in graph.nodes:
+        is_add = (node.op == "call_function" and node.target in _FX_ADDS) or (
+            node.op == "call_method" and node.target in _FX_METHODS)
+        if not is_add or len(node.args) < 2 or not all(
+                isinstance(a, fx.Node) for a in node.args[:2]):
+            continue
+        scope = _stack(node)
+        a, b = node.args[0], node.args[1]
+        for branch, short in ((b, a), (a, b)):
+            name = _below(branch, scope)
+            if name is None:
+                continue
+            ancestors = _fx_ancestors(branch)
+            proj = _below(short, scope)
+            if short in ancestors or (proj is not None and proj != name and all(
+                    i in ancestors for i in _module_inputs(short, proj))):
+                branches.add(name)
+                same.update(_through_identities(branch, scope, model))
+                break
+    found = [e.name for e in _selection.walk(model) if not e.wrapper and e.name in branches]
+    _FOUND[model] = found
+    _SAME[model] = same
+    return found
+
+
+def _through_identities(node: fx.Node, scope: list[str], model: nn.Module) -> set[str]:
+    """Modules inside ``scope`` whose output reaches ``node`` through ``nn.Identity`` calls."""
+    out: set[str] = set()
+    while node.op == "call_module" and isinstance(model.get_submodule(str(node.target)),
+                                                  nn.Identity) and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+        name = _below(node, scope)
+        if name is None:
+            break
+        out.add(name)
+    return out
+
+
+
+def try_symbolic(model: nn.Module) -> list[str] | None:
+    """:func:`find_symbolic`, or ``None`` when torch.fx cannot trace the model (remembered)."""
+    if model in _UNTRACEABLE:
+        return None
+    try:
+        return find_symbolic(model)
+    except AttachError:
+        _UNTRACEABLE.add(model)
+        return None

@@ -47,7 +47,7 @@ class NotResidualWarning(UserWarning):
     sample's features instead of skipping a block."""
 
 
-def residual_branches(model: nn.Module, example_input: Any) -> list[str]:
+def residual_branches(model: nn.Module, example_input: Any = None) -> list[str]:
     """The modules of ``model`` whose output is added to a shortcut: where DropPath belongs.
 
     Runs ``model`` once on ``example_input`` (in eval mode, the training flags restored
@@ -58,7 +58,9 @@ def residual_branches(model: nn.Module, example_input: Any) -> list[str]:
     projection shortcut, ``downsample(x) + f(x)``). The branch is the outermost module inside
     ``S`` that returned the added tensor: ``blocks.3.drop_path1`` in a timm ViT, ``layer1.0.bn2``
     in a torchvision ResNet, ``mlp`` in ``x + self.mlp(x)``. Works on any model the example
-    input runs through, control flow included (nothing is symbolically traced).
+    input runs through, control flow included (nothing is symbolically traced). Without an
+    example input the model is traced symbolically with ``torch.fx`` instead (the same rule on
+    the graph; it fails on data-dependent control flow, naming the module).
 
     The result is remembered for ``model``: afterwards the selector ``"residual:"`` (all
     branches) or ``"residual:<glob>"`` (the branches matching the glob) works in
@@ -68,18 +70,21 @@ def residual_branches(model: nn.Module, example_input: Any) -> list[str]:
 
     Args:
         model: any ``nn.Module`` (wrappers seen through: names are the bare model's).
-        example_input: one input batch (a small one is enough: shapes only need to be valid).
+        example_input: one input batch (a small one is enough: shapes only need to be valid);
+            ``None``: trace with torch.fx.
 
     Returns:
         Module names in ``named_modules()`` order.
 
     Raises:
-        AttachError: the model failed on the example input; the message names the module
-            that was running and the error.
+        AttachError: the model failed on the example input (or torch.fx could not trace it);
+            the message names the module that was running and the error.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"residual_branches() needs a torch.nn.Module, got "
                         f"{type(model).__name__}")
+    if example_input is None:
+        return _residual.find_symbolic(_bare(model))
     return _residual.find(_bare(model), example_input)
 
 
@@ -105,10 +110,12 @@ def _expand(model: nn.Module, selector: Selector) -> Selector:
     if isinstance(selector, str) and selector.startswith("residual:"):
         found = _residual.known(_bare(model))
         if found is None:
-            raise SelectorError(
-                f"selector {selector!r} needs the residual branches of the model: call "
-                f"plugdrop.residual_branches(model, example_input) first (it runs the model "
-                f"once and remembers them)")
+            try:
+                found = _residual.find_symbolic(_bare(model))
+            except AttachError as e:
+                raise SelectorError(
+                    f"selector {selector!r} needs the residual branches of the model: {e}"
+                ) from None
         return _ResidualSelector(selector, found)
     if isinstance(selector, (list, set, frozenset)):
         return [_expand(model, s) for s in selector]
@@ -128,9 +135,11 @@ def _check_residual(model: nn.Module, transform: Transform, layers: list[str]) -
     if not isinstance(transform, DropPath):
         return
     found = _residual.known(_bare(model))
+    if found is None:
+        found = _residual.try_symbolic(_bare(model))
     if not found:
         return
-    wrong = [n for n in layers if n not in found]
+    wrong = [n for n in layers if not _residual.equivalent(_bare(model), n)]
     if not wrong:
         return
     first = wrong[0]
@@ -268,6 +277,7 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
                 )
             param_sets.append(owned)
 
+    _check_residual(model, transform, [n for n, _ in selected])
     coordinated = isinstance(transform, CoordinatedTransform)
     if coordinated and where != "output":
         raise AttachError(f"{type(transform).__name__} mixes layer outputs (and the model input "
@@ -299,7 +309,6 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             _registry.remove(entry)
         raise
     transform._attached = True
-    _check_residual(model, transform, [n for n, _ in selected])
     _registry.invalidate_compiled()
     cls = MixupHandle if coordinated else Handle
     return cls(transform, where, [n for n, _ in selected], hooks)

@@ -49,6 +49,12 @@ def test_branches_are_where_timm_puts_drop_path(name, kwargs, size):
     assert not extra or {n.rsplit(".", 1)[0] for n in extra} == {found[0].rsplit(".", 1)[0]}
     assert model.training and all(m.training for m in model.modules())  # modes restored
     assert not pd.summary(model)  # nothing left on the model
+    try:  # without an example input: torch.fx, where the family traces
+        symbolic = pd.residual_branches(model)
+    except pd.AttachError as e:
+        assert "failed in module" in str(e) or "could not trace" in str(e)
+    else:
+        assert symbolic == found
 
 
 def test_torchvision_resnet_branches_end_at_bn2():
@@ -96,14 +102,39 @@ class Net(nn.Module):
 
 def test_hand_written_network():
     m = Net()
-    assert pd.residual_branches(m, torch.randn(2, 3)) == [
-        "blocks.0.mlp", "blocks.1.mlp", "blocks.2.mlp"]
+    want = ["blocks.0.mlp", "blocks.1.mlp", "blocks.2.mlp"]
+    assert pd.residual_branches(m, torch.randn(2, 3)) == want
+    assert pd.residual_branches(Net()) == want  # traced by torch.fx
 
 
-def test_the_residual_selector_after_the_analysis():
-    m = Net()
-    with pytest.raises(pd.SelectorError, match="residual_branches"):
+class DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = Gate()
+
+    def forward(self, x):
+        return x + self.gate(x)
+
+
+class Gate(nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x  # fx cannot trace this
+
+
+def test_untraceable_models_name_the_module_and_need_an_example_input():
+    with pytest.raises(pd.AttachError, match=r"failed in module 'gate'.*example input"):
+        pd.residual_branches(DataDependent())
+    m = DataDependent()
+    with pytest.raises(pd.SelectorError, match="'gate'"):
         pd.select(m, "residual:")
+    assert pd.residual_branches(m, torch.randn(2, 3)) == ["gate"]  # running it works
+    assert pd.select(m, "residual:") == ["gate"]
+
+
+def test_the_residual_selector():
+    m = Net()
+    assert pd.select(m, "residual:") == ["blocks.0.mlp", "blocks.1.mlp", "blocks.2.mlp"]
+    m = Net()
     pd.residual_branches(m, torch.randn(2, 3))
     assert pd.select(m, "residual:blocks.1") == ["blocks.1.mlp"]
     assert pd.select(m, ["residual:", "head"], exclude="residual:blocks.0") == [
@@ -116,8 +147,7 @@ def test_the_residual_selector_after_the_analysis():
 
 
 def test_drop_path_off_a_residual_branch_warns_naming_the_right_ones():
-    m = Net()
-    pd.residual_branches(m, torch.randn(2, 3))
+    m = Net()  # not analysed: traced by torch.fx at attach
     with pytest.warns(pd.NotResidualWarning, match=r"'blocks\.1'.*'blocks\.1\.mlp'"):
         pd.attach(m, "blocks.1", pd.DropPath(0.1))
     pd.detach(m)
@@ -140,3 +170,15 @@ class Broken(nn.Module):
 def test_a_failing_forward_names_the_module():
     with pytest.raises(pd.AttachError, match=r"module 'b' \(Linear\)"):
         pd.residual_branches(Broken(), torch.randn(2, 3))
+
+
+@pytest.mark.parametrize("example", [True, False], ids=["run", "fx"])
+def test_modules_whose_output_reaches_a_branch_unchanged_do_not_warn(example):
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=3)
+    if example:
+        pd.residual_branches(vit, torch.randn(1, 3, 32, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pd.attach(vit, "blocks.*.mlp", pd.DropPath(0.1))  # drop_path2 is an identity after it
+    with pytest.warns(pd.NotResidualWarning, match="'blocks.0'"):
+        pd.attach(vit, "blocks.*", pd.DropPath(0.1))
