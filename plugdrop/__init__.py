@@ -13,11 +13,14 @@ from . import errors, functional, observe, schedules, transforms
 from ._attach import (
     Handle,
     MixupHandle,
+    NeverFiredWarning,
     Summary,
     SummaryRow,
     attach,
     detach,
     handles,
+    NotResidualWarning,
+    residual_branches,
     select,
     summary,
 )
@@ -34,12 +37,15 @@ from .observe import (
     trace,
     watch,
 )
-from .schedules import Schedule, cosine, linear, piecewise, warmup
+from .schedules import LayerValue, Schedule, by_depth, cosine, linear, piecewise, warmup
 from .transforms import (
+    CentralizeGrad,
+    ClipGradAdaptive,
     ClipGradNorm,
     ClipGradValue,
     CoordinatedTransform,
     DropBlock,
+    DropHead,
     Dropout,
     Dropout2d,
     DropPath,
@@ -48,6 +54,7 @@ from .transforms import (
     GradientTransform,
     GradNoise,
     ManifoldMixup,
+    PatchUp,
     ScaleGrad,
     Transform,
 )
@@ -58,10 +65,13 @@ __all__ = [
     "attach",
     "detach",
     "handles",
+    "residual_branches",
+    "NotResidualWarning",
     "select",
     "summary",
     "Handle",
     "MixupHandle",
+    "NeverFiredWarning",
     "Summary",
     "SummaryRow",
     "Schedule",
@@ -69,6 +79,8 @@ __all__ = [
     "cosine",
     "piecewise",
     "warmup",
+    "by_depth",
+    "LayerValue",
     "errors",
     "functional",
     "observe",

@@ -52,6 +52,29 @@ def finite(name: str, value: object) -> float:
     return value
 
 
+def norm_order(name: str, value: object) -> float:
+    """The p of a p-norm: a number > 0, ``math.inf`` included (the max norm)."""
+    value = real(name, value)
+    if not value > 0.0:
+        raise SettingError(f"{name} must be > 0 (math.inf for the max norm), got {value:g}")
+    return value
+
+
+def unit(name: str, value: object) -> float:
+    value = real(name, value)
+    if not 0.0 <= value <= 1.0:
+        raise SettingError(f"{name} must be in [0, 1], got {value:g}")
+    return value
+
+
+def count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise SettingError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
 def flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["WRAPPERS", "HOOK_DICTS", "hook_dicts", "pop_hook", "compiled_frames",
-           "scale_async"]
+           "scale_async", "mark_static"]
 
 #: Wrapper class name -> attribute holding the wrapped module (DDP, DataParallel,
 #: ``torch.compile``'s OptimizedModule, activation-checkpoint / offload wrappers, FSDP1).
@@ -70,3 +70,13 @@ def scale_async(scaler: Any) -> torch.Tensor | None:
     when the scaler keeps none yet or has no such method)."""
     get = getattr(scaler, "_get_scale_async", None)
     return get() if get is not None else None
+
+
+def mark_static(t: torch.Tensor) -> torch.Tensor:
+    """Mark a small state tensor that compiled code updates in place (a call counter) as a
+    static input, as compiled optimizers do with their states: inductor's CUDA graphs then
+    accept the in-place update instead of skipping the graph for a mutated input."""
+    mark = getattr(getattr(torch, "_dynamo", None), "mark_static_address", None)
+    if mark is not None:
+        mark(t, guard=False)
+    return t

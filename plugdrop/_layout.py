@@ -2,8 +2,11 @@
 
 ``channels_first``  ``(B, C, L)``, ``(B, C, H, W)``, ``(B, C, D, H, W)``
 ``channels_last``   ``(B, L, C)``, ``(B, H, W, C)``, ``(B, D, H, W, C)``
-``tokens``          ``(B, N, C)`` with ``N = prefix + S * S`` (a square patch grid after
-                    ``prefix`` leading tokens such as a class token, which are left alone)
+``tokens``          ``(B, N, C)`` with ``N = prefix + H * W``: a patch grid (square unless
+                    ``grid_size`` says otherwise, see :func:`tokens_to_grid`) after ``prefix``
+                    leading tokens (class, distillation, register tokens), left alone
+``sequence``        ``(B, T, C)``: a sequence without a grid (LSTM, TransformerEncoder,
+                    MLP-Mixer tokens); acted on along ``T``, as a 1-D map
 
 Every view here is a view (no copy); results are mapped back with the inverse view, so the
 input's memory format is kept.
@@ -18,7 +21,7 @@ import torch
 
 from .errors import SettingError, ShapeError
 
-LAYOUTS = ("channels_first", "channels_last", "tokens")
+LAYOUTS = ("channels_first", "channels_last", "tokens", "sequence")
 
 
 def check_layout(layout: str | None) -> None:
@@ -41,6 +44,12 @@ def _token_prefix(n: int, prefix: int | None) -> tuple[int, int]:
     """(prefix, side) of a token sequence of length ``n``."""
     if prefix is None:
         side = math.isqrt(n)
+        if n - side * side > 2:  # not a square grid after a class (+ distillation) token
+            raise ShapeError(
+                f"{n} tokens are not a square patch grid after 0, 1 or 2 prefix tokens: give "
+                f"grid_size=(H, W) and prefix_tokens (a timm model's patch_embed.grid_size and "
+                f"num_prefix_tokens are read at attach), or layout='sequence' for tokens "
+                f"without a grid")
         return n - side * side, side
     side = math.isqrt(max(n - prefix, 0))
     if side * side != n - prefix or side == 0:
@@ -64,10 +73,12 @@ def _suspicious(shape: torch.Size) -> str | None:
     if len(shape) == 3 and shape[2] >= 16 and _looks_like_tokens(shape):
         return (
             "it looks like a token sequence (B, N, C) with a class token, as vision "
-            "transformers produce; pass layout='tokens' (or layout='channels_first' if it "
-            "really is (B, C, L))"
+            "transformers produce; pass layout='tokens' (layout='sequence' for a sequence "
+            "without a patch grid, layout='channels_first' if it really is (B, C, L))"
         )
-    if len(shape) == 4 and shape[1] == shape[2] and shape[3] >= 16 and shape[3] > shape[2]:
+    # a square H == W read channels-last, a non-square map read channels-first: pvt_v2's
+    # (B, 56, 56, 32) patch embedding, swin at 384 px
+    if len(shape) == 4 and shape[1] == shape[2] != shape[3] and shape[3] >= 16:
         return (
             "it looks channels-last (B, H, W, C), as swin and other timm models produce; pass "
             "layout='channels_last' (or layout='channels_first' if it really is (B, C, H, W))"
@@ -88,7 +99,15 @@ def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...
     ``layout=None`` is channels-first with a check that the shape does not look like another
     layout. Raises :class:`ShapeError` naming the shape and the fix.
     """
+    if not (x.is_floating_point() or x.is_complex()):
+        raise TypeError(f"{what} acts on floating-point tensors, got {x.dtype} of shape "
+                        f"{tuple(x.shape)}")
     nd = x.dim()
+    if layout == "sequence":
+        if nd != 3 or 1 not in ranks:
+            raise ShapeError(f"{what} with layout='sequence' expects (B, T, C), got shape "
+                             f"{tuple(x.shape)}")
+        return x.movedim(-1, 1), _from_channels_first
     if layout == "tokens":
         if nd != 3:
             raise ShapeError(
@@ -137,3 +156,46 @@ def _identity(y: torch.Tensor) -> torch.Tensor:
 
 def _from_channels_first(y: torch.Tensor) -> torch.Tensor:
     return y.movedim(1, -1)
+
+
+def check_grid(grid: object) -> tuple[int, int] | None:
+    if grid is None:
+        return None
+    if (not isinstance(grid, (tuple, list)) or len(grid) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in grid)):
+        raise SettingError(f"grid_size must be (H, W), two ints >= 1, got {grid!r}")
+    return (int(grid[0]), int(grid[1]))
+
+
+def tokens_to_grid(x: torch.Tensor, grid: tuple[int, int], prefix: int
+                   ) -> tuple[torch.Tensor, Restore]:
+    """View tokens ``(B, prefix + H * W, C)`` as a channels-last grid ``(B, H, W, C)``;
+    ``restore`` puts the prefix tokens back in front."""
+    if x.dim() != 3 or x.shape[1] != prefix + grid[0] * grid[1]:
+        raise ShapeError(f"tokens of shape {tuple(x.shape)} are not prefix_tokens={prefix} + a "
+                         f"{grid[0]}x{grid[1]} grid_size")
+    b, _, c = x.shape
+    head = x[:, :prefix]
+
+    def restore(y: torch.Tensor) -> torch.Tensor:
+        y = y.reshape(b, grid[0] * grid[1], c)
+        return torch.cat([head, y], dim=1) if prefix else y
+
+    return x[:, prefix:].reshape(b, grid[0], grid[1], c), restore
+
+
+def describe(shape: tuple[int, ...]) -> str:
+    """The layout a map-reading transform would use for an output of ``shape`` by default, or
+    what it needs to be told (for :func:`plugdrop.layers`)."""
+    nd = len(shape)
+    if nd == 3:
+        if _suspicious(torch.Size(shape)) is not None:
+            return "tokens? (pass layout)"
+        return "channels_first (B, C, L)? or sequence / tokens: pass layout"
+    if nd == 4:
+        if _suspicious(torch.Size(shape)) is not None:
+            return "channels_last? (pass layout)"
+        return "channels_first"
+    if nd == 5:
+        return "channels_first"
+    return "-"  # no map: Dropout / DropPath territory

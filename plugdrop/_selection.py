@@ -19,7 +19,7 @@ from .errors import SelectorError
 
 
 Predicate = Callable[[str, nn.Module], bool]
-Selector = Union[str, type, tuple, Predicate, Sequence["Selector"]]
+Selector = Union[str, type, tuple, Predicate, nn.Module, Sequence["Selector"]]
 
 
 def _wrapped_attr(module: nn.Module) -> str | None:
@@ -140,6 +140,8 @@ def _flatten(selector: Selector) -> list[Selector]:
 def _matcher(selector: Selector, role: str) -> Callable[[Entry], bool]:
     if isinstance(selector, str):
         return _string_matcher(selector)
+    if isinstance(selector, nn.Module):  # the module object itself (model.layer3)
+        return lambda e: e.module is selector
     if isinstance(selector, type):
         if not issubclass(selector, nn.Module):
             raise TypeError(f"{role} type {selector.__name__} is not an nn.Module subclass")
@@ -156,6 +158,8 @@ def _matcher(selector: Selector, role: str) -> Callable[[Entry], bool]:
 
 
 def _describe(selector: Selector) -> str:
+    if isinstance(selector, nn.Module):
+        return f"the module object {type(selector).__name__}"
     if isinstance(selector, type):
         return selector.__name__
     if isinstance(selector, tuple):
@@ -203,9 +207,12 @@ def resolve(model: nn.Module, selector: Selector, exclude: Selector | None = Non
     if exclude is not None:
         for part in _flatten(exclude):
             match = _matcher(part, "exclude")
-            for e in candidates:
-                if id(e.module) in chosen and match(e):
-                    chosen.discard(id(e.module))
+            hits = [e for e in candidates if match(e)]
+            if not hits:  # a typo would silently exclude nothing
+                err = _no_match(model, part, entries)
+                raise SelectorError(f"exclude: {err}")
+            for e in hits:
+                chosen.discard(id(e.module))
         if not chosen:
             raise SelectorError(
                 f"selector {_describe(selector)} matched only modules that exclude="

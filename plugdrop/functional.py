@@ -41,6 +41,10 @@ __all__ = [
     "grad_noise",
     "mixup",
     "cutmix",
+    "drop_head",
+    "clip_grad_adaptive",
+    "centralize_grad",
+    "patchup",
 ]
 
 Number = float | torch.Tensor
@@ -404,3 +408,134 @@ def cutmix(x: torch.Tensor, lam: float, index: torch.Tensor, *,
     kept = float(keep.sum()) / keep.numel()
     mixed = torch.where(keep, view, view[index])
     return restore(mixed), kept
+
+
+# ------------------------------------------------- heads, adaptive clipping, centralization
+
+
+def drop_head(x: torch.Tensor, p: Number, num_heads: int, *,
+              training: bool = True) -> torch.Tensor:
+    """DropHead: drop whole attention heads per sample with probability ``p`` and rescale the
+    kept ones by ``1 / (1 - p)``.
+
+    Args:
+        x: ``(B, ..., C)`` with ``C = num_heads * head_dim`` laid out head by head, as the input
+            of a timm / PyTorch attention's output projection (``attn.proj``).
+        p: head drop probability in ``[0, 1)``.
+        num_heads: number of heads, dividing ``C``.
+
+    Raises:
+        ShapeError: ``C`` not divisible by ``num_heads``, or a tensor without a batch and
+            channel dim.
+    """
+    _checks.tensor("x", x)
+    p = _checks.tensor_or("p", p, _checks.probability)
+    num_heads = _checks.count("num_heads", num_heads)
+    return _drop_head(x, p, num_heads) if training else x
+
+
+def _drop_head(x: torch.Tensor, p: Number, num_heads: int) -> torch.Tensor:
+    if x.dim() < 2 or x.shape[-1] % num_heads:
+        raise ShapeError(f"drop_head expects (B, ..., C) with C divisible by num_heads="
+                         f"{num_heads}, got shape {tuple(x.shape)}")
+    if _is_zero(p):
+        return x
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (num_heads,)
+    dropped = draws.bernoulli(shape, p, x.device)
+    mult = torch.where(dropped, 0.0, _keep_scale(p)).to(x.dtype)
+    return x * mult.repeat_interleave(x.shape[-1] // num_heads, dim=-1)
+
+
+def _unitwise_norm(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
+    """Norm per output unit (dim 0) for weights, of the whole tensor for biases and gains."""
+    if t.dim() <= 1:
+        return torch.linalg.vector_norm(t, dtype=acc)
+    return torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim())), keepdim=True, dtype=acc)
+
+
+def clip_grad_adaptive(g: torch.Tensor, param: torch.Tensor, clip: Number = 0.01,
+                       eps: Number = 1e-3) -> torch.Tensor:
+    """Unit-wise adaptive gradient clipping (Brock et al., 2021, NFNets).
+
+    Each output unit's gradient (a row of a linear weight, a filter of a conv; a bias or gain as
+    a whole) is rescaled to a norm of at most ``clip * max(||unit of param||, eps)``.
+
+    Args:
+        g: the gradient of ``param``, same shape.
+        param: the parameter.
+        clip: the ratio, ``> 0``. Default: 0.01.
+        eps: the smallest parameter norm used, ``> 0`` (zero-initialized units still learn).
+            Default: 1e-3.
+    """
+    _checks.tensor("g", g)
+    _checks.tensor("param", param)
+    if g.shape != param.shape:
+        raise ShapeError(f"clip_grad_adaptive: the gradient's shape {tuple(g.shape)} is not the "
+                         f"parameter's {tuple(param.shape)}")
+    clip = _checks.tensor_or("clip", clip, _checks.positive)
+    eps = _checks.tensor_or("eps", eps, _checks.positive)
+    return _clip_grad_adaptive(g, param, clip, eps)
+
+
+def _clip_grad_adaptive(g: torch.Tensor, param: torch.Tensor, clip: Number,
+                        eps: Number) -> torch.Tensor:
+    acc = torch.promote_types(g.dtype, torch.float32)
+    max_norm = _unitwise_norm(param.detach(), acc).clamp(min=eps) * clip
+    norm = _unitwise_norm(g, acc)
+    factor = torch.where(norm < max_norm, 1.0, max_norm / norm.clamp(min=1e-6))
+    return g * factor.to(g.dtype)
+
+
+def centralize_grad(g: torch.Tensor, strength: Number = 1.0) -> torch.Tensor:
+    """Gradient centralization (Yong et al., 2020): subtract from each output unit's gradient
+    (dim 0 of a conv or linear weight) its mean over the other dims. Tensors of rank <= 1
+    (biases, norms' gains) are returned unchanged. ``strength`` in ``[0, 1]`` scales the mean
+    removed (1: the paper)."""
+    _checks.tensor("g", g)
+    return _centralize_grad(g, _checks.tensor_or("strength", strength, _checks.unit))
+
+
+def _centralize_grad(g: torch.Tensor, strength: Number) -> torch.Tensor:
+    if g.dim() <= 1 or _is_zero(strength):
+        return g
+    mean = g.mean(dim=tuple(range(1, g.dim())), keepdim=True)
+    if isinstance(strength, torch.Tensor):
+        return g - mean * strength.to(g.dtype)
+    return g - mean * strength
+
+
+def patchup(x: torch.Tensor, p: float, index: torch.Tensor, block_size: int | tuple[int, ...]
+            = 7, *, lam: float = 0.0, layout: str | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """PatchUp (Faramarzi et al., 2022): in blocks drawn by DropBlock's mask generator (an
+    expected fraction ``p`` of each map, one mask per sample shared by its channels), replace
+    the features by those of ``x[index]`` (``lam=0``: hard PatchUp) or by
+    ``lam * x + (1 - lam) * x[index]`` (soft PatchUp).
+
+    ``x``: ``(B, C, *spatial)`` (or per ``layout``); a ``(B, F)`` feature vector is read as a
+    1-D map of ``F`` positions. Returns the mixed tensor and the weight of the original targets
+    (a 0-dim float32 tensor, read without host synchronization):
+    ``1 - (1 - lam) * patched fraction``.
+    """
+    _checks.tensor("x", x)
+    p = _checks.probability("p", p)
+    lam = _checks.real("lam", lam)
+    blocks = _checks.block_size(block_size)
+    _layout.check_layout(layout)
+    return _patchup(x, p, index, blocks, lam, layout)
+
+
+def _patchup(x: torch.Tensor, p: float, index: torch.Tensor, blocks: int | tuple[int, ...],
+             lam: float, layout: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    view, restore = (x.unsqueeze(1), _squeeze1) if x.dim() == 2 else _layout.to_channels_first(
+        x, layout or "channels_first", (1, 2, 3), "patchup")
+    ones = torch.ones((view.shape[0], 1, *view.shape[2:]), device=x.device)
+    patched = _drop_block(ones, p, blocks, True, "channels_first", None, "none") == 0
+    mixed = view[index] if lam == 0.0 else view * lam + view[index] * (1.0 - lam)
+    out = torch.where(patched, mixed, view)
+    weight = 1.0 - (1.0 - lam) * patched.sum(dtype=torch.float32) / patched.numel()
+    return restore(out), weight
+
+
+def _squeeze1(y: torch.Tensor) -> torch.Tensor:
+    return y.squeeze(1)

@@ -65,6 +65,7 @@ def test_every_private_torch_name_still_exists():
     assert not any(key in getattr(m, n) for n in _compat.HOOK_DICTS + _compat._HOOK_FLAG_DICTS)
     assert _compat.compiled_frames() is not None
     assert hasattr(torch.amp.GradScaler, "_get_scale_async")
+    assert callable(torch._dynamo.mark_static_address)
     assert _compat.WRAPPERS["OptimizedModule"] in vars(torch.compile(nn.Linear(1, 1)))["_modules"]
     from torch.distributed.algorithms._checkpoint import checkpoint_wrapper as cw
 

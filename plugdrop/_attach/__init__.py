@@ -27,12 +27,15 @@ from .api import (
     forward_transforms,
     handles,
     observe,
+    known_residual_branches,
+    residual_branches,
+    NotResidualWarning,
     select,
     summary,
 )
-from .handle import Handle, MixupHandle
+from .handle import Handle, MixupHandle, NeverFiredWarning
 from .observer import Observer
 
 __all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "describe", "Handle", "MixupHandle", "ObserverHandle", "Observer", "Summary",
+           "describe", "residual_branches", "known_residual_branches", "NotResidualWarning", "Handle", "MixupHandle", "NeverFiredWarning", "ObserverHandle", "Observer", "Summary",
            "SummaryRow"]

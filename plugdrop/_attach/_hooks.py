@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..transforms import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
+from .. import _compat
 from . import _structure
 from .observer import Observer
 
@@ -22,10 +23,26 @@ class _Hook:
 
     where = ""
 
-    def __init__(self, target: Transform | Observer, name: str, element: int | str | None):
+    def __init__(self, target: Transform | Observer, name: str, element: int | str | None,
+                 device: torch.device | None = None):
         self.target = target
         self.name = name
         self.element = element
+        # Calls in training (forward transforms) or with autograd on (gradient transforms):
+        # a Python int in eager mode, a 0-dim tensor counted inside compiled graphs (no sync).
+        self.calls = 0
+        self.traced_calls = _compat.mark_static(torch.zeros((), dtype=torch.int64,
+                                                            device=device))
+
+    def _count(self) -> None:
+        if torch.compiler.is_compiling():
+            self.traced_calls.add_(1)
+        else:
+            self.calls += 1
+
+    def count(self) -> int:
+        """Calls so far (reads the compiled count: one host read, outside the forward)."""
+        return self.calls + int(self.traced_calls)
 
     @property
     def observer(self) -> bool:
@@ -38,6 +55,8 @@ class _Hook:
     def _act(self, module: nn.Module, value: Any, element: int | str | None) -> Any:
         """Apply the target to the chosen tensor of ``value``; ``None`` if nothing changes."""
         target = self.target
+        if isinstance(value, torch.fx.Proxy):  # symbolic tracing (residual_branches)
+            return None
         if isinstance(target, Observer):
             return self._observe(module, value, element, target)
         forward = isinstance(target, ForwardTransform)
@@ -45,6 +64,7 @@ class _Hook:
             return None
         if not forward and not torch.is_grad_enabled():
             return None
+        self._count()
         try:
             key = _structure.locate(value, element, self.where)
         except (ValueError, TypeError) as e:
@@ -52,7 +72,7 @@ class _Hook:
         x = value if key is None else value[key]
         if isinstance(target, GradientTransform):
             if x.requires_grad:
-                x.register_hook(_GradHook(target))
+                x.register_hook(_GradHook(target, self.name))
             return None
         try:
             y = target._at(self.name, x)
@@ -147,11 +167,12 @@ class BeginHook(_Hook):
 class _GradHook:
     """Tensor hook on an activation: transforms the gradient flowing back through it."""
 
-    def __init__(self, transform: GradientTransform):
+    def __init__(self, transform: GradientTransform, layer: str):
         self.transform = transform
+        self.layer = layer
 
     def __call__(self, grad: torch.Tensor) -> torch.Tensor:
-        return self.transform(grad)
+        return self.transform._call_grad(grad, self.layer)
 
 
 class _ObserveGradHook:

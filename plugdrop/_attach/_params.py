@@ -21,23 +21,26 @@ from ._hooks import _Hook
 class _ParamGradHook:
     """Tensor hook on a parameter: transforms its gradient before accumulation into .grad."""
 
-    def __init__(self, transform: GradientTransform):
+    def __init__(self, transform: GradientTransform, layer: str, param: torch.Tensor):
         self.transform = transform
+        self.layer = layer
+        self.param = weakref.ref(param)
 
     def __call__(self, grad: torch.Tensor) -> torch.Tensor:
-        return self.transform._call_param(grad)
+        return self.transform._call_param(grad, self.layer, self.param())
 
 
 class _ParamPostGradHook:
     """Post-accumulate-grad hook on a sharded (DTensor, FSDP2) parameter: FSDP2 assigns the
     reduce-scattered gradient shard to ``.grad`` and calls these hooks, not tensor hooks."""
 
-    def __init__(self, transform: GradientTransform):
+    def __init__(self, transform: GradientTransform, layer: str):
         self.transform = transform
+        self.layer = layer
 
     def __call__(self, param: torch.Tensor) -> None:
         if param.grad is not None:
-            param.grad = self.transform._call_param(param.grad)
+            param.grad = self.transform._call_param(param.grad, self.layer, param)
 
 
 def _is_dtensor(t: torch.Tensor) -> bool:
@@ -57,8 +60,9 @@ class ParamsHook(_Hook):
 
     where = "params"
 
-    def __init__(self, transform: GradientTransform, name: str, param_names: list[str]):
-        super().__init__(transform, name, None)
+    def __init__(self, transform: GradientTransform, name: str, param_names: list[str],
+                 device: torch.device | None = None):
+        super().__init__(transform, name, None, device)
         self.transform = transform
         self.param_names = param_names
         # id(param) -> (weakref to it, hook handle, parameter name)
@@ -92,11 +96,12 @@ class ParamsHook(_Hook):
                         old.remove()
                         del self._installed[key]
                 self._sharded.add(pname)
-                handle = p.register_post_accumulate_grad_hook(_ParamPostGradHook(self.transform))
+                handle = p.register_post_accumulate_grad_hook(
+                    _ParamPostGradHook(self.transform, self.name))
             elif pname in self._sharded:
                 continue  # FSDP2's unsharded view during forward: the shard carries the hook
             else:
-                handle = p.register_hook(_ParamGradHook(self.transform))
+                handle = p.register_hook(_ParamGradHook(self.transform, self.name, p))
             self._installed[id(p)] = (weakref.ref(p), handle, pname)
 
     def uninstall(self) -> None:
@@ -107,4 +112,6 @@ class ParamsHook(_Hook):
 
     def __call__(self, module: nn.Module, args: tuple) -> None:
         self.install(module)
+        if torch.is_grad_enabled():
+            self._count()
         return None

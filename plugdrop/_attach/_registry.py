@@ -88,6 +88,15 @@ def invalidate_compiled() -> None:
     compiled in this process since the last time we looked, the compiled code is dropped
     (``torch.compiler.reset()``) and the next call recompiles with the hooks in place. A
     process that never compiles pays nothing.
+
+    Why the whole process and not only the target model: dynamo keeps its compiled code in a
+    cache per *code object* (``Conv2d.forward``, ``Block.forward``...), shared by every
+    instance of the class in every model, with the instances told apart only by guards;
+    torch has no public call that drops the entries of one model (``torch.compiler.reset``
+    and ``reset_code_caches`` are process-wide), and a stale entry cannot be recognised as
+    ours without reading dynamo's private cache structures. So other compiled models
+    recompile once after an attach, and only when something was compiled since the last
+    attach/detach; compile after attaching (or attach everything first) to avoid it.
     """
     global _compiled_frames_seen
     frames = _compat.compiled_frames()

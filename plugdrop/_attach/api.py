@@ -3,16 +3,24 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import re
+import warnings
+from typing import Any, NamedTuple
 
 import torch.nn as nn
 
 from .. import _selection
 from .._selection import Selector
 from .._table import format_table
-from ..errors import AttachError
-from ..transforms import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
-from . import _registry
+from ..errors import AttachError, SelectorError
+from ..transforms import (
+    CoordinatedTransform,
+    DropPath,
+    ForwardTransform,
+    GradientTransform,
+    Transform,
+)
+from . import _registry, _residual
 from ._hooks import BeginHook, InputHook, OutputHook
 from ._params import ParamsHook
 from ._registry import Registered
@@ -20,7 +28,129 @@ from .handle import Handle, MixupHandle
 from .observer import Observer
 
 __all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "Summary", "SummaryRow", "ObserverHandle"]
+           "residual_branches", "known_residual_branches", "Summary", "SummaryRow", "ObserverHandle",
+           "NotResidualWarning"]
+
+
+def known_residual_branches(model: nn.Module) -> list[str] | None:
+    """The branches :func:`residual_branches` found for ``model`` (``None``: not analysed)."""
+    return _residual.known(_bare(model))
+
+
+def _bare(model: nn.Module) -> nn.Module:
+    """The model inside its wrappers (DDP, torch.compile...)."""
+    return next(e.module for e in _selection.walk(model) if not e.wrapper)
+
+
+class NotResidualWarning(UserWarning):
+    """DropPath attached to a module that is not a residual branch: it then drops the whole
+    sample's features instead of skipping a block."""
+
+
+def residual_branches(model: nn.Module, example_input: Any = None) -> list[str]:
+    """The modules of ``model`` whose output is added to a shortcut: where DropPath belongs.
+
+    Runs ``model`` once on ``example_input`` (in eval mode, the training flags restored
+    after; a tuple is passed as positional inputs, a dict as keyword inputs) and watches every
+    tensor addition: ``a + b`` inside a module ``S`` is a residual connection when one operand
+    was returned by a module inside ``S`` and the other is an autograd ancestor of it (an
+    identity shortcut, ``x + f(x)``) or the output of a module of ``S`` whose input is (a
+    projection shortcut, ``downsample(x) + f(x)``). The branch is the outermost module inside
+    ``S`` that returned the added tensor: ``blocks.3.drop_path1`` in a timm ViT, ``layer1.0.bn2``
+    in a torchvision ResNet, ``mlp`` in ``x + self.mlp(x)``. Works on any model the example
+    input runs through, control flow included (nothing is symbolically traced). Without an
+    example input the model is traced symbolically with ``torch.fx`` instead (the same rule on
+    the graph; it fails on data-dependent control flow, naming the module).
+
+    The result is remembered for ``model``: afterwards the selector ``"residual:"`` (all
+    branches) or ``"residual:<glob>"`` (the branches matching the glob) works in
+    :func:`attach`, :func:`select` and ``exclude`` (``"residual:layer3.*"``: the branches
+    inside the modules the glob names, or named by it), and attaching :class:`DropPath` elsewhere
+    warns (:class:`NotResidualWarning`).
+
+    Args:
+        model: any ``nn.Module`` (wrappers seen through: names are the bare model's).
+        example_input: one input batch (a small one is enough: shapes only need to be valid);
+            ``None``: trace with torch.fx.
+
+    Returns:
+        Module names in ``named_modules()`` order.
+
+    Raises:
+        AttachError: the model failed on the example input (or torch.fx could not trace it);
+            the message names the module that was running and the error.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"residual_branches() needs a torch.nn.Module, got "
+                        f"{type(model).__name__}")
+    if example_input is None:
+        return _residual.find_symbolic(_bare(model))
+    return _residual.find(_bare(model), example_input)
+
+
+class _ResidualSelector:
+    """The selector ``"residual:<glob>"``: residual branches found for the model."""
+
+    def __init__(self, text: str, branches: list[str]) -> None:
+        self.text = text
+        glob = text[len("residual:"):]
+        rx = re.compile(_selection.glob_to_regex(glob)) if glob else None
+        self.names = {n for n in branches if rx is None or any(
+            rx.fullmatch(".".join(n.split(".")[:k])) for k in range(1, n.count(".") + 2))}
+
+    def __call__(self, name: str, module: nn.Module) -> bool:
+        return name in self.names
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+
+def _expand(model: nn.Module, selector: Selector) -> Selector:
+    """Turn ``"residual:..."`` strings into selectors of the branches found for ``model``."""
+    if isinstance(selector, str) and selector.startswith("residual:"):
+        found = _residual.known(_bare(model))
+        if found is None:
+            try:
+                found = _residual.find_symbolic(_bare(model))
+            except AttachError as e:
+                raise SelectorError(
+                    f"selector {selector!r} needs the residual branches of the model: {e}"
+                ) from None
+        return _ResidualSelector(selector, found)
+    if isinstance(selector, (list, set, frozenset)):
+        return [_expand(model, s) for s in selector]
+    return selector
+
+
+def _resolve(model: nn.Module, selector: Selector, exclude: Selector | None
+             ) -> list[tuple[str, nn.Module]]:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return _selection.resolve(model, _expand(model, selector),
+                              None if exclude is None else _expand(model, exclude))
+
+
+def _check_residual(model: nn.Module, transform: Transform, layers: list[str]) -> None:
+    """Warn when DropPath goes on modules that are not residual branches (when known)."""
+    if not isinstance(transform, DropPath):
+        return
+    found = _residual.known(_bare(model))
+    if found is None:
+        found = _residual.try_symbolic(_bare(model))
+    if not found:
+        return
+    wrong = [n for n in layers if not _residual.equivalent(_bare(model), n)]
+    if not wrong:
+        return
+    first = wrong[0]
+    near = [b for b in found if b.startswith(first + ".")] or [
+        b for b in found if b.rsplit(".", 1)[0] == first.rsplit(".", 1)[0]] or found
+    warnings.warn(
+        f"DropPath attached to {len(wrong)} module(s) that are not residual branches: "
+        f"{', '.join(map(repr, wrong[:6]))}{' ...' if len(wrong) > 6 else ''}. There it drops "
+        f"the whole sample's features; the residual branches are e.g. "
+        f"{', '.join(map(repr, near[:4]))} (selector 'residual:', see "
+        f"plugdrop.residual_branches)", NotResidualWarning, stacklevel=3)
 
 _WHERE = ("output", "input", "params")
 
@@ -35,9 +165,11 @@ def select(model: nn.Module, selector: Selector, *, exclude: Selector | None = N
         selector: a glob over qualified module names (``"layer3.*"``: ``*`` matches within one
             dotted segment, ``**`` any number of segments, zero included; ``?`` and ``[...]``
             as in fnmatch; ``""`` is the root), a ``"re:"`` regular expression (full match), an
-            ``nn.Module`` type or tuple of types, a predicate ``(name, module) -> bool``, or a
-            list of these (union).
-        exclude: the same forms; matching modules are removed from the selection.
+            ``nn.Module`` type or tuple of types, a module object of the model
+            (``model.layer3``), a predicate ``(name, module) -> bool``, ``"residual:"`` /
+            ``"residual:<glob>"`` (see :func:`residual_branches`), or a list of these (union).
+        exclude: the same forms; matching modules are removed from the selection. Each
+            must match some module (a typo raises instead of excluding nothing).
 
     Returns:
         Names in ``named_modules()`` order, without duplicates.
@@ -47,7 +179,7 @@ def select(model: nn.Module, selector: Selector, *, exclude: Selector | None = N
             the closest existing names.
         TypeError: ``model`` is not a module, or a selector is of an unsupported type.
     """
-    return [name for name, _ in _selection.resolve(model, selector, exclude)]
+    return [name for name, _ in _resolve(model, selector, exclude)]
 
 
 def attach(model: nn.Module, selector: Selector, transform: Transform, *,
@@ -66,7 +198,10 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
         exclude: modules to leave out; same forms as ``selector``.
         where: ``"output"`` (default): what the module returns; ``"input"``: its first
             positional input; ``"params"`` (gradient transforms only): the gradients of the
-            module's parameters (those of its children included), each tensor on its own.
+            module's parameters (those of its children included), each tensor on its own;
+            the parameters of excluded modules are left alone even when an ancestor is
+            selected (the root ``""`` with ``exclude="head"``: every parameter but the
+            head's).
         element: for modules returning a tuple/list or dict (attention, LSTM), the index or key
             of the tensor to act on; default: the first tensor. With ``where="input"``, the
             positional index or keyword name of the input.
@@ -111,16 +246,24 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             )
         if element is not None:
             raise AttachError("element= does not apply to where='params'")
+    elif isinstance(transform, GradientTransform) and transform.params_only:
+        raise AttachError(f"{type(transform).__name__} acts on the gradients of parameters (it "
+                          f"needs the parameter itself): attach it with where='params'")
     if transform._attached:
         raise AttachError(
             f"this {type(transform).__name__} object is already attached; every attach needs "
             f"its own transform object (or select all layers in one attach with a list)"
         )
-    selected = _selection.resolve(model, selector, exclude)
+    selected = _resolve(model, selector, exclude)
+    if isinstance(transform, ForwardTransform) and where == "output":
+        for name, module in selected:
+            transform._check_layer(name, module, _bare(model))
 
     param_sets: list[list[str]] = []
     if where == "params":
-        seen: set[int] = set()
+        # parameters of excluded modules stay untouched, even under a selected ancestor
+        seen: set[int] = set() if exclude is None else {
+            id(p) for _, m in _resolve(model, exclude, None) for p in m.parameters()}
         for name, module in selected:
             owned = []
             for pname, p in module.named_parameters():
@@ -134,30 +277,32 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
                 )
             param_sets.append(owned)
 
+    _check_residual(model, transform, [n for n, _ in selected])
     coordinated = isinstance(transform, CoordinatedTransform)
     if coordinated and where != "output":
         raise AttachError(f"{type(transform).__name__} mixes layer outputs (and the model input "
                           f"when the root '' is selected): leave where='output'")
     hooks: list[Registered] = []
+    transform._bind_layers([n for n, _ in selected])
     try:
         if isinstance(transform, CoordinatedTransform):
-            transform._bind_layers([n for n, _ in selected])
             root = _selection.walk(model)[0].module
             begin = BeginHook(transform, "", None)
             hooks.append(Registered(root, begin, root.register_forward_pre_hook(begin,
                                                                                 prepend=True)))
         for i, (name, module) in enumerate(selected):
-            transform._prepare(_registry.module_device(module))
+            device = _registry.module_device(module)
+            transform._prepare(device)
             if where == "params" and isinstance(transform, GradientTransform):
-                params = ParamsHook(transform, name, param_sets[i])
+                params = ParamsHook(transform, name, param_sets[i], device)
                 hooks.append(Registered(module, params, module.register_forward_pre_hook(params)))
                 params.install(module)
             elif where == "input" or (coordinated and name == ""):  # the root: mix the input
-                pre = InputHook(transform, name, element)
+                pre = InputHook(transform, name, element, device)
                 hooks.append(Registered(module, pre, module.register_forward_pre_hook(
                     pre, with_kwargs=True)))
             else:
-                post = OutputHook(transform, name, element)
+                post = OutputHook(transform, name, element, device)
                 hooks.append(Registered(module, post, module.register_forward_hook(post)))
     except BaseException:
         for entry in hooks:
@@ -224,6 +369,7 @@ class SummaryRow(NamedTuple):
     values: dict[str, float]
     step: int
     kind: str = "transform"  #: "transform" or "observer"
+    calls: int = 0  #: times the transform ran at this layer (training forwards / backwards)
 
 
 class Summary(list):
@@ -232,9 +378,10 @@ class Summary(list):
     def __str__(self) -> str:
         if not self:
             return "(no plugdrop attachments)"
-        header = ("layer", "transform", "where", "step", "current values")
+        header = ("layer", "transform", "where", "step", "calls", "current values")
         rows = [(r.layer or "(root)", r.transform, r.where,
                  str(r.step) if r.kind == "transform" else "-",
+                 str(r.calls) if r.kind == "transform" else "-",
                  ", ".join(f"{k}={v:.6g}" for k, v in r.values.items())
                  if r.kind == "transform" else "(observer)") for r in self]
         return format_table(header, rows, rule=True)
@@ -245,7 +392,10 @@ class Summary(list):
 
 def summary(model: nn.Module) -> Summary:
     """The plugdrop attachments of ``model``: one row per (layer, transform), in module order,
-    with the current value of each numeric setting, and one per (layer, observer) for the
+    with the current value of each numeric setting at that layer (per-layer settings, see
+    :func:`plugdrop.by_depth`, show each layer's own) and the number of times the transform ran
+    there (``calls``: training forwards for forward transforms, forwards under autograd for
+    gradient transforms), and one per (layer, observer) for the
     observers of :mod:`plugdrop.observe`. ``print(summary(model))`` shows a table.
     """
     if not isinstance(model, nn.Module):
@@ -256,7 +406,8 @@ def summary(model: nn.Module) -> Summary:
         if isinstance(hook, BeginHook):
             continue
         if isinstance(t, Transform):
-            out.append(SummaryRow(name, repr(t), hook.where, t.values(), t.step_count))
+            out.append(SummaryRow(name, repr(t), hook.where, t.values(name), t.step_count,
+                                  calls=hook.count()))
         else:
             out.append(SummaryRow(name, repr(t), hook.where, {}, 0, "observer"))
     return out
@@ -276,7 +427,7 @@ def observe(model: nn.Module, selector: Selector, observer: Observer, *,
     if where not in ("output", "input"):
         raise AttachError(f"observers watch where='output' or 'input', got {where!r}")
     hooks: list[Registered] = []
-    for name, module in _selection.resolve(model, selector, exclude):
+    for name, module in _resolve(model, selector, exclude):
         if where == "input":
             pre = InputHook(observer, name, element)
             hooks.append(Registered(module, pre, module.register_forward_pre_hook(

@@ -4,6 +4,7 @@ attachment (in the spirit of ``torch.utils.hooks.RemovableHandle`` and
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,22 @@ from ..transforms import CoordinatedTransform, Transform
 from . import _registry
 from ._registry import Registered
 
-__all__ = ["Handle", "MixupHandle"]
+__all__ = ["Handle", "MixupHandle", "NeverFiredWarning"]
+
+#: Optimizer steps after which a bound handle checks that every layer's hook ran.
+CHECK_AFTER_STEPS = 3
+
+
+class NeverFiredWarning(UserWarning):
+    """Some layers of an attachment never ran their transform in the first training steps:
+    the regularizer is silently absent there."""
+
+
+def _cause(layer: str, module: Any) -> str:
+    if "attn_drop" in layer or "attn" in type(module).__name__.lower():
+        return (f"{layer!r}: likely fused attention (timm's fused_attn / "
+                f"F.scaled_dot_product_attention never calls attn_drop)")
+    return f"{layer!r}"
 
 
 class Handle:
@@ -37,6 +53,7 @@ class Handle:
         self.layers = layers
         self._hooks = hooks
         self._bound: RemovableHandle | None = None
+        self._fire_checked = False
 
     @property
     def attached(self) -> bool:
@@ -90,6 +107,48 @@ class Handle:
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.step()
+        if not self._fire_checked and self.step_count >= CHECK_AFTER_STEPS:
+            self._fire_checked = True
+            trained = any(p.grad is not None for group in optimizer.param_groups
+                          for p in group["params"])
+            if trained:  # a real training step (a backward ran), not a bare optimizer.step()
+                self.check_fired()
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Layer -> how many times the transform ran there since attach: training forwards
+        for a forward transform, forwards under autograd for a gradient transform. Counted
+        without any host synchronization (a Python int in eager mode, a 0-dim tensor inside
+        compiled graphs, read here)."""
+        out = {name: 0 for name in self.layers}
+        for r in self._hooks:
+            if r.hook.where != "begin" and r.hook.name in out:
+                out[r.hook.name] += r.hook.count()
+        return out
+
+    @property
+    def never_fired(self) -> list[str]:
+        """The layers whose hook never ran (see :attr:`calls`)."""
+        return [name for name, n in self.calls.items() if n == 0]
+
+    def check_fired(self) -> list[str]:
+        """Warn (:class:`NeverFiredWarning`) if some layers never ran the transform, naming
+        them and the likely cause; returns those layers. A handle bound to an optimizer
+        checks by itself after its first training steps (3 optimizer steps)."""
+        silent = self.never_fired
+        if silent:
+            modules = {r.hook.name: r.module for r in self._hooks}
+            named = ", ".join(_cause(n, modules.get(n)) for n in silent[:8])
+            more = f" and {len(silent) - 8} more" if len(silent) > 8 else ""
+            warnings.warn(
+                f"{type(self.transform).__name__} never ran at {len(silent)} of "
+                f"{len(self.layers)} layer(s) after {self.step_count} step(s): {named}{more}. "
+                f"Likely causes: the module is not called by forward (a bypassed or unused "
+                f"branch, a custom forward), a fused path skips it (fused attention), or the "
+                f"model was compiled before attach in another process state; check "
+                f"handle.calls and plugdrop.summary(model)",
+                NeverFiredWarning, stacklevel=2)
+        return silent
 
     def state_dict(self) -> dict[str, int]:
         """``{"step": n}``: enough to resume the schedules with :meth:`load_state_dict`."""
@@ -106,8 +165,10 @@ class Handle:
 
     def __repr__(self) -> str:
         layers = ", ".join(self.layers[:4]) + (", ..." if len(self.layers) > 4 else "")
+        calls = sum(self.calls.values())
         return (f"Handle({self.transform!r}, where={self.where!r}, "
-                f"{len(self.layers)} layer(s): [{layers}], step={self.step_count})")
+                f"{len(self.layers)} layer(s): [{layers}], step={self.step_count}, "
+                f"calls={calls})")
 
 
 class MixupHandle(Handle):
@@ -122,8 +183,9 @@ class MixupHandle(Handle):
         return t
 
     @property
-    def lam(self) -> float | None:
-        """The mixing weight of the last training forward (``None`` if it did not mix)."""
+    def lam(self) -> float | torch.Tensor | None:
+        """The mixing weight of the last training forward (``None`` if it did not mix; a 0-dim
+        tensor for :class:`PatchUp`, read without a host synchronization)."""
         last = self._coordinated.last
         return None if last is None else last["lam"]
 

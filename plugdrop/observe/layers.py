@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn as nn
 
-from .. import _attach, _selection
+from .. import _attach, _layout, _selection
 from .._attach import Observer
 from .._selection import Selector
 from .._table import format_table
@@ -25,11 +25,14 @@ class LayerRow(NamedTuple):
     called: bool   #: whether the dry forward called the module at all
     picked: bool   #: whether ``selector`` picks it
     shape: tuple[int, ...] | None = None  #: the output's shape when it is one tensor
+    layout: str = "-"  #: the layout DropBlock / Dropout2d would read its output in by default
+    residual: bool = False  #: a residual branch (when :func:`residual_branches` ran on it)
 
 
 class LayerTable(list):
     """The module tree of a model (a list of :class:`LayerRow`); prints as an indented table,
-    picked modules marked with ``*``."""
+    picked modules marked with ``*``, residual branches with ``R``, and the default layout of
+    each output."""
 
     def __init__(self, rows: list[LayerRow], title: str = "") -> None:
         super().__init__(rows)
@@ -39,8 +42,10 @@ class LayerTable(list):
         lines = [self.title] if self.title else []
         if not self:
             return "\n".join(lines + ["(no modules)"])
-        rows = [("*" if r.picked else " ", "  " * r.depth + (r.name or "(root)"), r.type,
-                 r.output if r.called else "(not called)") for r in self]
+        rows = [(("*" if r.picked else " ") + ("R" if r.residual else " "),
+                 "  " * r.depth + (r.name or "(root)"), r.type,
+                 r.output if r.called else "(not called)", r.layout if r.called else "")
+                for r in self]
         return "\n".join(lines + [format_table(None, rows)])
 
     def __repr__(self) -> str:
@@ -74,7 +79,8 @@ def layers(model: nn.Module, *inputs: Any, selector: Selector | None = None,
         raise ValueError(f"max_depth must be an int >= 0 or None, got {max_depth!r}")
     picked = set(_attach.select(model, selector, exclude=exclude)) if selector is not None \
         else set()
-    shapes = _output_shapes(model, inputs, kwargs)
+    shapes, layouts = _output_shapes(model, inputs, kwargs)
+    residual = set(_attach.known_residual_branches(model) or ())
     rows = []
     for entry in _selection.walk(model):
         if entry.wrapper:
@@ -85,7 +91,8 @@ def layers(model: nn.Module, *inputs: Any, selector: Selector | None = None,
         out = shapes.get(entry.name)
         rows.append(LayerRow(entry.name, type(entry.module).__name__, depth,
                              out[0] if out else "", out is not None, entry.name in picked,
-                             out[1] if out else None))
+                             out[1] if out else None, layouts.get(entry.name, "-"),
+                             entry.name in residual))
     title = f"{type(model).__name__}: {len(rows)} modules"
     if selector is not None:
         title += f"; * = picked ({len(picked)})"
@@ -100,6 +107,7 @@ class _Shapes(Observer):
 
     def __init__(self) -> None:
         self.shapes: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+        self.layouts: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return "layers()"
@@ -107,12 +115,15 @@ class _Shapes(Observer):
     def on_value(self, layer: str, module: nn.Module, value: Any) -> None:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else None
         self.shapes[layer] = (_attach.describe(value), shape)
+        if shape is not None:
+            self.layouts[layer] = _layout.describe(shape)
 
 
 def _output_shapes(model: nn.Module, inputs: tuple, kwargs: dict
-                   ) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    """Canonical name -> description of its output, from one forward in eval mode without
-    gradients (modules not called are absent); the training flag is restored."""
+                   ) -> tuple[dict[str, tuple[str, tuple[int, ...] | None]], dict[str, str]]:
+    """Canonical name -> (description of its output, its shape when one tensor), and the
+    default layout of a tensor output, from one forward in eval mode without gradients
+    (modules not called are absent); the training flag is restored."""
     shapes = _Shapes()
     with _attach.observe(model, "**", shapes):
         was_training = model.training
@@ -122,4 +133,4 @@ def _output_shapes(model: nn.Module, inputs: tuple, kwargs: dict
                 model(*inputs, **kwargs)
         finally:
             model.train(was_training)
-    return shapes.shapes
+    return shapes.shapes, shapes.layouts

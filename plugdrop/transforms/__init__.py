@@ -2,10 +2,11 @@
 
 - :mod:`.base`    ``Transform``, ``ForwardTransform``, ``GradientTransform``,
   ``CoordinatedTransform`` and scheduled settings
-- :mod:`.drop`    ``DropBlock``, ``Dropout2d``, ``Dropout``, ``DropPath``
+- :mod:`.drop`    ``DropBlock``, ``Dropout2d``, ``Dropout``, ``DropPath``, ``DropHead``
 - :mod:`.noise`   ``GaussianNoise``
-- :mod:`.grad`    ``ClipGradValue``, ``ClipGradNorm``, ``ScaleGrad``, ``GradNoise``
-- :mod:`.mixing`  ``ManifoldMixup``
+- :mod:`.grad`    ``ClipGradValue``, ``ClipGradNorm``, ``ScaleGrad``, ``GradNoise``,
+  ``ClipGradAdaptive``, ``CentralizeGrad``
+- :mod:`.mixing`  ``ManifoldMixup``, ``PatchUp``
 
 A forward transform maps an activation to a regularized activation (``transform(x)``, as in
 training); a gradient transform maps a gradient to a modified gradient (``transform(g)``) and
@@ -14,9 +15,16 @@ nothing about hooks.
 """
 
 from .base import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
-from .drop import DropBlock, Dropout, Dropout2d, DropPath
-from .grad import ClipGradNorm, ClipGradValue, GradNoise, ScaleGrad
-from .mixing import ManifoldMixup
+from .drop import DropBlock, DropHead, Dropout, Dropout2d, DropPath
+from .grad import (
+    CentralizeGrad,
+    ClipGradAdaptive,
+    ClipGradNorm,
+    ClipGradValue,
+    GradNoise,
+    ScaleGrad,
+)
+from .mixing import ManifoldMixup, PatchUp
 from .noise import GaussianNoise
 
 __all__ = [
@@ -28,10 +36,14 @@ __all__ = [
     "Dropout2d",
     "Dropout",
     "DropPath",
+    "DropHead",
     "GaussianNoise",
     "ClipGradValue",
     "ClipGradNorm",
     "ScaleGrad",
     "GradNoise",
+    "ClipGradAdaptive",
+    "CentralizeGrad",
     "ManifoldMixup",
+    "PatchUp",
 ]

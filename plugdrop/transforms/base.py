@@ -23,7 +23,7 @@ import torch
 
 from .._device import PerDevice
 from ..errors import SettingError
-from ..schedules import Constant, Schedule, ScheduleLike, as_schedule
+from ..schedules import Constant, LayerValue, Schedule, ScheduleLike, as_schedule
 
 __all__ = ["Transform", "ForwardTransform", "GradientTransform", "CoordinatedTransform"]
 
@@ -32,38 +32,72 @@ Check = Callable[[str, object], float]
 
 class _Setting:
     """A scheduled numeric setting: its schedule, and its current value on the host and as a
-    tensor per device."""
+    tensor per device; for a per-layer value (:func:`plugdrop.by_depth`), one of each per
+    attached layer too."""
 
     def __init__(self, name: str, value: ScheduleLike, check: Check):
         self.name = name
         self.check = check
+        self.depth: LayerValue | None = None
+        self.factors: dict[str, float] = {}       # layer -> its depth factor
+        self.layers: dict[str, PerDevice] = {}    # layer -> its current value
+        if isinstance(value, LayerValue):
+            self.depth = value
+            value = value.schedule
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             check(name, value)
         try:
             self.schedule: Schedule = as_schedule(value)
         except TypeError as e:
             raise TypeError(f"{name}: {e}") from None
+        # a callable per-layer rule is checked layer by layer when attached
+        factors = [1.0] if self.depth is None else self.depth.bounds()
         for v in self.schedule.values():
-            check(f"{name} (schedule {self.schedule!r})", v)
-        self.current = PerDevice(check(name, self.schedule(0)))
+            for f in factors:
+                check(f"{name} (schedule {self.describe()})", f * v)
+        first = 1.0 if self.depth is None else self.depth.at(0, 1, "")
+        self.current = PerDevice(check(name, first * self.schedule(0)))
+
+    def describe(self) -> str:
+        return repr(self.depth) if self.depth is not None else repr(self.schedule)
 
     @property
     def value(self) -> float:
         return self.current.value
 
-    def set_step(self, step: int) -> None:
-        self.current.fill(self.check(
-            f"{self.name} at step {step} of schedule {self.schedule!r}", self.schedule(step)))
+    def bind(self, layers: list[str], step: int) -> None:
+        """Give each of ``layers`` its own value (a per-layer setting only)."""
+        if self.depth is None:
+            return
+        self.factors = {name: self.depth.at(i, n, name)
+                        for (i, n), name in zip(self.depth.positions(layers), layers)}
+        self.layers = {name: PerDevice(0.0) for name in layers}
+        self.set_step(step)
 
-    def read(self, device: torch.device) -> float | torch.Tensor:
+    def set_step(self, step: int) -> None:
+        t = self.schedule(step)
+        where = f"at step {step} of {self.describe()}"
+        for layer, current in self.layers.items():
+            current.fill(self.check(f"{self.name} of layer {layer!r} {where}",
+                                    self.factors[layer] * t))
+        last = self.factors[next(reversed(self.factors))] if self.factors else (
+            1.0 if self.depth is None else self.depth.at(0, 1, ""))
+        self.current.fill(self.check(f"{self.name} {where}", last * t))
+
+    def of(self, layer: str | None) -> PerDevice:
+        """The value holder of ``layer`` (the shared one for a setting not per layer)."""
+        return self.layers.get(layer, self.current) if layer is not None else self.current
+
+    def read(self, device: torch.device, layer: str | None = None) -> float | torch.Tensor:
         """The float in eager mode, the device tensor while ``torch.compile`` traces."""
+        current = self.of(layer)
         if torch.compiler.is_compiling():
-            return self.current.get(device)
-        return self.current.value
+            return current.get(device)
+        return current.value
 
     @property
     def scheduled(self) -> bool:
-        return not isinstance(self.schedule, Constant)
+        return not isinstance(self.schedule, Constant) or self.depth is not None
 
 
 class Transform:
@@ -93,9 +127,10 @@ class Transform:
         """Number of schedule steps taken so far."""
         return self._step
 
-    def values(self) -> dict[str, float]:
-        """The current value of each numeric setting, e.g. ``{"p": 0.05}``."""
-        return {k: s.value for k, s in self._settings.items()}
+    def values(self, layer: str | None = None) -> dict[str, float]:
+        """The current value of each numeric setting, e.g. ``{"p": 0.05}``: at ``layer`` for
+        per-layer settings (:func:`plugdrop.by_depth`; default: the last attached layer)."""
+        return {k: s.of(layer).value for k, s in self._settings.items()}
 
     def __getattr__(self, name: str) -> Any:
         settings = self.__dict__.get("_settings")
@@ -108,7 +143,7 @@ class Transform:
         return {}
 
     def __repr__(self) -> str:
-        parts = [f"{k}={s.schedule!r}" for k, s in self._settings.items()]
+        parts = [f"{k}={s.describe()}" for k, s in self._settings.items()]
         parts += [f"{k}={v!r}" for k, v in self._options().items()]
         return f"{type(self).__name__}({', '.join(parts)})"
 
@@ -121,8 +156,14 @@ class Transform:
 
     # -- used by the attachment layer --------------------------------------------------------
 
-    def _values(self, device: torch.device) -> dict[str, float | torch.Tensor]:
-        return {k: s.read(device) for k, s in self._settings.items()}
+    def _values(self, device: torch.device, layer: str | None = None
+                ) -> dict[str, float | torch.Tensor]:
+        return {k: s.read(device, layer) for k, s in self._settings.items()}
+
+    def _bind_layers(self, layers: list[str]) -> None:
+        """Called by attach with the selected layers: per-layer settings get their values."""
+        for s in self._settings.values():
+            s.bind(layers, self._step)
 
     def _set_step(self, step: int) -> None:
         """Move every schedule to ``step`` (checking the values it reaches)."""
@@ -136,28 +177,58 @@ class Transform:
         """Create the value tensors on ``device`` ahead of a compiled forward."""
         for s in self._settings.values():
             s.current.get(device)
+            for current in s.layers.values():
+                current.get(device)
+
+
+def _floating(transform: Transform, x: torch.Tensor) -> None:
+    if not (x.is_floating_point() or x.is_complex()):
+        raise TypeError(f"{type(transform).__name__} acts on floating-point activations, got a "
+                        f"{x.dtype} tensor of shape {tuple(x.shape)} (token ids, masks?); "
+                        f"select a layer whose output is float, or pick the element with "
+                        f"element=")
 
 
 class ForwardTransform(Transform):
-    """A transform of activations, applied in training mode only."""
+    """A transform of activations, applied in training mode only.
+
+    Raises ``TypeError`` on integer or boolean tensors (they cannot be dropped and rescaled).
+    """
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        _floating(self, x)
+        return super().__call__(x)
 
     def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         """Apply at the named layer (the attachment calls this)."""
-        return self.apply(x, **self._values(x.device))
+        _floating(self, x)
+        return self.apply(x, **self._values(x.device, layer))
+
+    def _check_layer(self, name: str, module: object, model: object = None) -> None:
+        """Called by attach for each selected module (and the bare model): raise early on
+        what cannot work there, or read settings the model knows."""
 
 
 class GradientTransform(Transform):
     """A transform of gradients; forward values are left bit-identical.
 
     ``apply`` receives the gradient of an activation; :meth:`_apply_param` (default: ``apply``)
-    the gradient of one parameter tensor (``where="params"``).
+    the gradient of one parameter tensor (``where="params"``). A transform with
+    ``params_only = True`` needs the parameter itself and attaches with ``where="params"`` only.
     """
+
+    params_only = False
 
     def _apply_param(self, g: torch.Tensor, *args: Any, **values: Any) -> torch.Tensor:
         return self.apply(g, **values)
 
-    def _call_param(self, g: torch.Tensor) -> torch.Tensor:
-        return self._apply_param(g, **self._values(g.device))
+    def _call_param(self, g: torch.Tensor, layer: str | None = None,
+                    param: torch.Tensor | None = None) -> torch.Tensor:
+        return self._apply_param(g, **self._values(g.device, layer))
+
+    def _call_grad(self, g: torch.Tensor, layer: str | None = None) -> torch.Tensor:
+        """Transform the gradient of an activation of ``layer`` (the attachment calls it)."""
+        return self.apply(g, **self._values(g.device, layer))
 
 
 class CoordinatedTransform(ForwardTransform):
@@ -176,6 +247,7 @@ class CoordinatedTransform(ForwardTransform):
         self.last: dict[str, Any] | None = None
 
     def _bind_layers(self, layers: list[str]) -> None:
+        super()._bind_layers(layers)
         self.layers = list(layers)
 
     def _begin(self) -> None:  # pragma: no cover - abstract

@@ -13,7 +13,8 @@ from .. import functional as F
 from ..schedules import ScheduleLike
 from .base import Check, GradientTransform
 
-__all__ = ["ClipGradValue", "ClipGradNorm", "ScaleGrad", "GradNoise"]
+__all__ = ["ClipGradValue", "ClipGradNorm", "ScaleGrad", "GradNoise", "ClipGradAdaptive",
+           "CentralizeGrad"]
 
 
 def _check_scaler(scaler: Any) -> Any:
@@ -77,7 +78,8 @@ class ClipGradNorm(_ScaledGradient):
 
     Args:
         max_norm: the largest norm allowed, ``> 0``; a number or a schedule.
-        norm_type: the p of the p-norm. Default: 2.
+        norm_type: the p of the p-norm, ``> 0``; ``math.inf`` clips on the largest absolute
+            value. Default: 2.
         scaler: the ``torch.amp.GradScaler`` of mixed-precision training, if any, so that
             ``max_norm`` means an unscaled norm (see :class:`ClipGradValue`).
     """
@@ -85,7 +87,7 @@ class ClipGradNorm(_ScaledGradient):
     def __init__(self, max_norm: ScheduleLike, *, norm_type: float = 2.0,
                  scaler: Any = None) -> None:
         super().__init__(scaler, max_norm=(max_norm, _checks.positive))
-        self.norm_type = _checks.positive("norm_type", norm_type)
+        self.norm_type = _checks.norm_order("norm_type", norm_type)
 
     def _options(self) -> dict[str, Any]:
         opts = {} if self.norm_type == 2.0 else {"norm_type": self.norm_type}
@@ -126,3 +128,73 @@ class GradNoise(_ScaledGradient):
 
     def apply(self, g: torch.Tensor, *, std: float | torch.Tensor) -> torch.Tensor:
         return F._grad_noise(g, std * _loss_scale(self.scaler))
+
+
+class _ParamsOnly(_ScaledGradient):
+    """A gradient transform of parameters: it needs the parameter (``where="params"``)."""
+
+    params_only = True
+
+    def apply(self, x: torch.Tensor, *args: Any, **values: Any) -> torch.Tensor:
+        raise TypeError(f"{type(self).__name__} acts on the gradients of parameters: attach it "
+                        f"with where='params'")
+
+    def _call_param(self, g: torch.Tensor, layer: str | None = None,
+                    param: torch.Tensor | None = None) -> torch.Tensor:
+        if param is None:
+            raise TypeError(f"{type(self).__name__} needs the parameter of the gradient")
+        return self._apply_with(g, param, **self._values(g.device, layer))
+
+    def _apply_with(self, g: torch.Tensor, param: torch.Tensor, *args: Any,
+                    **values: Any) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ClipGradAdaptive(_ParamsOnly):
+    """Unit-wise adaptive gradient clipping (AGC; Brock et al., 2021, NFNets) on the parameters
+    of the selected layers: each output unit's gradient is rescaled to a norm of at most
+    ``clip * max(||unit||, eps)`` (see :func:`plugdrop.functional.clip_grad_adaptive`; the same
+    rule as timm's ``adaptive_clip_grad``, but per selected layer, so "all but the classifier"
+    is ``attach(model, "", ClipGradAdaptive(), where="params", exclude="head")``: the
+    parameters of an excluded module are left alone even under the selected root).
+
+    Args:
+        clip: the ratio of gradient to parameter norm allowed, ``> 0``; a number, a schedule or
+            :func:`plugdrop.by_depth`. Default: 0.01.
+        eps: the smallest parameter norm used, ``> 0``. Default: 1e-3.
+        scaler: a ``torch.amp.GradScaler``: the gradients it scales are clipped at the scaled
+            bound (read on the device, no synchronization).
+
+    Raises:
+        AttachError: attached with a ``where`` other than ``"params"``.
+        SettingError: a bad ``clip`` or ``eps``.
+    """
+
+    def __init__(self, clip: ScheduleLike = 0.01, eps: ScheduleLike = 1e-3, *,
+                 scaler: Any = None) -> None:
+        super().__init__(scaler, clip=(clip, _checks.positive), eps=(eps, _checks.positive))
+
+    def _apply_with(self, g: torch.Tensor, param: torch.Tensor, *, clip: float | torch.Tensor,
+                    eps: float | torch.Tensor) -> torch.Tensor:
+        return F._clip_grad_adaptive(g, param, clip * _loss_scale(self.scaler), eps)
+
+
+class CentralizeGrad(_ParamsOnly):
+    """Gradient centralization (Yong et al., 2020) on the conv and linear weights of the
+    selected layers: each output unit's gradient has its mean removed (tensors of rank <= 1,
+    biases and gains, are left alone); see :func:`plugdrop.functional.centralize_grad`.
+
+    Args:
+        strength: the fraction of the mean removed, in ``[0, 1]`` (1: the paper); a number or a
+            schedule. Default: 1.
+
+    Raises:
+        AttachError: attached with a ``where`` other than ``"params"``.
+    """
+
+    def __init__(self, strength: ScheduleLike = 1.0) -> None:
+        super().__init__(None, strength=(strength, _checks.unit))
+
+    def _apply_with(self, g: torch.Tensor, param: torch.Tensor, *,
+                    strength: float | torch.Tensor) -> torch.Tensor:
+        return F._centralize_grad(g, strength)

@@ -119,7 +119,8 @@ def test_shared_module_gets_the_transform_at_each_call():
 
 def test_root_module_and_nested_selection(net):
     x = torch.randn(8, 3, 8, 8)
-    h = pd.attach(net, "", pd.DropPath(0.5, scale_by_keep=False))
+    with pytest.warns(pd.NotResidualWarning, match="''"):  # the root is no residual branch
+        h = pd.attach(net, "", pd.DropPath(0.5, scale_by_keep=False))
     y = net.train()(x)
     assert ((y == 0).all(1) | (y != 0).all(1)).all()
     h.remove()

@@ -109,3 +109,29 @@ def test_shared_modules_are_listed_once():
     shared = nn.Linear(4, 4)
     m = nn.Sequential(shared, nn.ReLU(), shared)
     assert pd.select(m, "*") == ["0", "1"]
+
+
+def test_a_module_object_selects_that_module(net):
+    assert pd.select(net, net.layer1) == ["layer1"]
+    assert pd.select(net, [net.fc, "stem"]) == ["stem", "fc"]
+    assert pd.select(net, "layer1.*", exclude=net.layer1[0]) == ["layer1.1"]
+    with pytest.raises(pd.SelectorError, match="module object Linear"):
+        pd.select(net, nn.Linear(2, 2))  # not a module of this model
+
+
+def test_an_exclude_that_matches_nothing_is_an_error(net):
+    with pytest.raises(pd.SelectorError, match=r"exclude: selector 'layer3\.\*'"):
+        pd.select(net, "layer*.*", exclude="layer3.*")
+    with pytest.raises(pd.SelectorError, match="exclude"):
+        pd.select(net, "layer*.*", exclude=["layer2.1", "fcc"])
+
+
+def test_params_of_excluded_modules_stay_untouched_under_a_selected_ancestor(net):
+    h = pd.attach(net, ["", "layer1"], pd.ScaleGrad(0.0), where="params",
+                  exclude=["fc", "layer1.0"])
+    net(torch.randn(2, 3, 8, 8)).sum().backward()
+    assert torch.count_nonzero(net.stem.weight.grad) == 0
+    assert torch.count_nonzero(net.layer1[1].conv.weight.grad) == 0
+    assert torch.count_nonzero(net.fc.weight.grad) > 0
+    assert torch.count_nonzero(net.layer1[0].conv.weight.grad) > 0
+    assert h.layers == ["", "layer1"]

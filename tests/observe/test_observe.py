@@ -197,3 +197,18 @@ def test_observers_are_listed_by_summary_but_are_not_handles():
     assert "(observer)" in str(rows)
     w.remove()
     assert [r.kind for r in pd.summary(model)] == ["transform"]
+
+
+def test_layers_shows_the_default_layout_and_residual_branches():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(2), nn.Flatten(1))
+    table = pd.layers(model, torch.zeros(1, 3, 8, 8))
+    assert [r.layout for r in table[1:]] == [
+        "channels_first", "channels_first (B, C, L)? or sequence / tokens: pass layout", "-"]
+    timm = pytest.importorskip("timm")
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1, num_classes=3)
+    x = torch.zeros(1, 3, 32, 32)
+    pd.residual_branches(vit, x)
+    rows = {r.name: r for r in pd.layers(vit, x)}
+    assert rows["blocks.0"].layout == "tokens? (pass layout)"
+    assert rows["blocks.0.drop_path1"].residual and not rows["blocks.0.attn"].residual
+    assert "R" in str(pd.layers(vit, x, max_depth=3))

@@ -44,6 +44,20 @@ class TransformConformance:
     bad_value = -1.0       #: an invalid one
     input_shape = (4, 6, 10, 10)
     ramp_start = 0.0       #: a valid start of a ramp to ``value``
+    where = "output"       #: where it attaches ("params": parameter-gradient transforms)
+
+    @property
+    def params(self) -> bool:
+        return self.where == "params"
+
+    def one_layer(self) -> nn.Module:
+        """A model whose layer "0" takes the transform."""
+        return nn.Sequential(nn.Linear(3, 3) if self.params else nn.Identity())
+
+    @property
+    def conv_layer(self) -> str:
+        """The layer of :func:`conv_model` that takes it (the ReLU; a conv for parameters)."""
+        return "0" if self.params else "1"
 
     def make(self, value: Any) -> pd.Transform:  # pragma: no cover - each subclass says
         raise NotImplementedError
@@ -57,7 +71,7 @@ class TransformConformance:
     def test_schedule_reaching_a_bad_value_raises_at_that_step(self):
         value, bad = self.value, self.bad_value
         t = self.make(lambda step: value if step < 3 else bad)
-        h = pd.attach(nn.Sequential(nn.Identity()), "0", t)
+        h = pd.attach(self.one_layer(), "0", t, where=self.where)
         h.step(2)
         with pytest.raises(pd.SettingError, match="at step 3"):
             h.step()
@@ -68,23 +82,26 @@ class TransformConformance:
         assert t.values() == {**t.values(), self.setting: self.ramp_start}
 
     def test_state_dict_resumes_the_schedule(self):
-        m = nn.Sequential(nn.Identity())
-        h = pd.attach(m, "0", self.make(pd.linear(self.ramp_start, self.value, steps=10)))
+        h = pd.attach(self.one_layer(), "0",
+                      self.make(pd.linear(self.ramp_start, self.value, steps=10)),
+                      where=self.where)
         h.step(4)
         state = h.state_dict()
-        fresh = pd.attach(nn.Sequential(nn.Identity()), "0",
-                          self.make(pd.linear(self.ramp_start, self.value, steps=10)))
+        fresh = pd.attach(self.one_layer(), "0",
+                          self.make(pd.linear(self.ramp_start, self.value, steps=10)),
+                          where=self.where)
         fresh.load_state_dict(state)
         assert fresh.step_count == 4 and fresh.transform.values() == h.transform.values()
 
     def test_copies_keep_the_attachment_and_its_step(self):
         m = conv_model().train()
-        pd.attach(m, "1", self.make(pd.linear(self.ramp_start, self.value, steps=10))).step(5)
+        pd.attach(m, self.conv_layer, self.make(pd.linear(self.ramp_start, self.value, steps=10)),
+                  where=self.where).step(5)
         for clone in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
             rows = [r for r in pd.summary(clone) if r.kind == "transform"]
             assert len(rows) == 1 and rows[0].step == 5
             (h,) = pd.handles(clone)
-            assert h.step_count == 5 and h.layers == ["1"]
+            assert h.step_count == 5 and h.layers == [self.conv_layer]
             h.remove()
             assert not pd.summary(clone)
 
@@ -236,18 +253,20 @@ class GradientConformance(TransformConformance):
         m = conv_model().train()
         x = torch.randn(2, 3, 8, 8, requires_grad=True)
         ref = m(x)
-        with pd.attach(m, "1", self.make(self.value)):
+        with pd.attach(m, self.conv_layer, self.make(self.value), where=self.where):
             assert torch.equal(m(x), ref)
 
     def test_nothing_happens_without_autograd(self):
         m = nn.Sequential(nn.Linear(3, 3), nn.Identity())
-        pd.attach(m, "1", self.make(self.value))
+        pd.attach(m, "0" if self.params else "1", self.make(self.value), where=self.where)
         with torch.no_grad():
             m(torch.randn(2, 3))
         with torch.inference_mode():
             m(torch.randn(2, 3))
 
     def test_activation_gradient_as_by_hand(self):
+        if self.params:
+            pytest.skip("a parameter-gradient transform: does not attach to activations")
         if not self.deterministic:
             pytest.skip("random transform: its statistics are tested on their own")
         x = torch.randn(6, 4, requires_grad=True)
@@ -266,13 +285,24 @@ class GradientConformance(TransformConformance):
         x, ref, m = self._grads("params")
         pd.attach(m, "0", self.make(self.value), where="params")
         m(x).square().sum().backward()
-        assert torch.allclose(m[0].weight.grad, self.expected(ref, self.value, per_sample=False),
-                              atol=1e-6)
+        want = self.expected_param(ref, self.value, m[0].weight.detach())
+        assert torch.allclose(m[0].weight.grad, want, atol=1e-6)
+
+    def expected_param(self, g: torch.Tensor, value: float, param: torch.Tensor
+                       ) -> torch.Tensor:
+        """The transformed gradient of ``param``, by hand (default: as a whole tensor)."""
+        return self.expected(g, value, per_sample=False)
+
+    def transform_grad(self, t: pd.Transform, g: torch.Tensor) -> torch.Tensor:
+        """``t`` applied to a gradient (of an activation; of a parameter for ``params``)."""
+        if self.params:
+            return t._call_param(g, None, torch.randn_like(g))
+        return t(g)
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
     def test_gradient_dtype_kept(self, dtype):
         g = torch.randn(4, 6, dtype=dtype)
-        out = self.make(self.value)(g)
+        out = self.transform_grad(self.make(self.value), g)
         assert out.dtype == dtype and out.shape == g.shape and torch.isfinite(out).all()
 
 

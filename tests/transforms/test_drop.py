@@ -82,3 +82,38 @@ def test_dropout_elementwise():
     assert abs(frac.mean().item() - 0.3) < sigma_tol(frac)
     assert torch.allclose(y[y != 0], x[y != 0] / 0.7)
     assert abs(y.mean().item() - x.mean().item()) < 0.01
+
+
+class TestDropHead(ForwardConformance):
+    def make(self, value):
+        return pd.DropHead(value, num_heads=2)
+
+    @pytest.mark.parametrize("fmt,shape", [(torch.channels_last, (4, 6, 10, 10)),
+                                           (torch.channels_last_3d, (2, 6, 5, 6, 8))])
+    def test_memory_format_kept_forward_and_backward(self, fmt, shape):
+        super().test_memory_format_kept_forward_and_backward(fmt, shape)
+
+
+def test_drop_head_drops_whole_heads_at_rate_p():
+    b, n, heads, d, p = 4000, 3, 3, 4, 0.25
+    y = pd.functional.drop_head(torch.ones(b, n, heads * d), p, heads)
+    per_head = y.view(b, n, heads, d)
+    first = per_head[:, :1, :, :1]
+    assert torch.equal(per_head, first.expand_as(per_head))  # a head is all kept or all dropped
+    dropped = (first == 0).float().flatten()
+    assert abs(dropped.mean().item() - p) < sigma_tol(dropped)
+    assert torch.allclose(first[first != 0], torch.tensor(1 / (1 - p)))
+
+
+def test_drop_head_on_timm_attention_projection_input():
+    timm = pytest.importorskip("timm")
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=32, depth=2, num_classes=3)
+    x = torch.randn(2, 3, 32, 32)
+    ref = vit.eval()(x)
+    heads = vit.blocks[0].attn.num_heads
+    h = pd.attach(vit, "blocks.*.attn.proj", pd.DropHead(0.5, num_heads=heads), where="input")
+    assert torch.equal(vit(x), ref)
+    assert not torch.allclose(vit.train()(x), ref)
+    assert h.calls == {"blocks.0.attn.proj": 1, "blocks.1.attn.proj": 1}
+    with pytest.raises(pd.ShapeError, match="num_heads=5"):
+        pd.functional.drop_head(torch.randn(2, 3, 12), 0.1, 5)

@@ -235,3 +235,81 @@ def test_bad_probability(bad):
 def test_bad_block_size(bad, exc):
     with pytest.raises(exc, match="block_size"):
         pd.DropBlock(0.1, block_size=bad)
+
+
+def test_integer_and_boolean_inputs_raise_a_type_error():
+    import torch.nn as nn
+    for x in (torch.ones(2, 3, 8, 8, dtype=torch.long), torch.ones(2, 3, 8, 8, dtype=torch.bool)):
+        with pytest.raises(TypeError, match="floating-point"):
+            pd.DropBlock(0.1, 3)(x)
+        with pytest.raises(TypeError, match="floating-point"):
+            pd.functional.drop_block(x, 0.1, 3)
+        with pytest.raises(TypeError, match="floating-point"):
+            pd.Dropout(0.1)(x)
+    m = nn.Sequential(nn.Identity())
+    pd.attach(m, "0", pd.DropBlock(0.1, 3))
+    with pytest.raises(TypeError, match=r"layer '0'.*floating-point"):
+        m.train()(torch.ones(2, 3, 8, 8, dtype=torch.long))
+
+
+def test_a_block_size_of_the_wrong_rank_raises_at_attach():
+    import torch.nn as nn
+    m = nn.Sequential(nn.Conv2d(3, 3, 1), nn.Conv1d(3, 3, 1), nn.Identity())
+    with pytest.raises(pd.ShapeError, match=r"layer '0' \(Conv2d\) produces 2-D maps"):
+        pd.attach(m, "0", pd.DropBlock(0.1, (3, 3, 3)))
+    with pytest.raises(pd.ShapeError, match="1-D maps"):
+        pd.attach(m, ["1"], pd.DropBlock(0.1, (3, 3)))
+    assert not pd.summary(m)
+    pd.attach(m, "0", pd.DropBlock(0.1, (3, 2)))
+    pd.attach(m, "2", pd.DropBlock(0.1, (3, 3, 3)))  # rank unknown: checked at the forward
+
+
+def test_sequence_layout_drops_blocks_along_time():
+    x = torch.randn(8, 20, 6)  # (B, T, C): an LSTM's output
+    torch.manual_seed(0)
+    y = drop_block(x, 0.3, 4, layout="sequence")
+    torch.manual_seed(0)
+    ref = drop_block(x.movedim(-1, 1), 0.3, 4, layout="channels_first")
+    assert torch.equal(y, ref.movedim(1, -1))
+    with pytest.raises(pd.ShapeError, match="layout='sequence'"):
+        drop_block(torch.randn(2, 3, 4, 5), 0.3, 2, layout="sequence")
+
+
+def test_prefix_tokens_or_grid_without_the_tokens_layout_is_an_error():
+    with pytest.raises(pd.SettingError, match="layout='tokens'"):
+        pd.DropBlock(0.1, 3, prefix_tokens=1)
+    with pytest.raises(pd.SettingError, match="layout='tokens'"):
+        pd.Dropout2d(0.1, grid_size=(2, 2), layout="channels_last")
+    with pytest.raises(pd.SettingError, match="grid_size"):
+        pd.DropBlock(0.1, 3, layout="tokens", grid_size=(2, 0))
+
+
+def test_a_non_square_grid_needs_grid_size_and_is_then_exact():
+    x = torch.randn(2, 1 + 14 * 28, 8)
+    with pytest.raises(pd.ShapeError, match="grid_size"):
+        pd.DropBlock(0.2, 3, layout="tokens")(x)  # no fake 19x19 grid
+    t = pd.DropBlock(0.2, 3, layout="tokens", grid_size=(14, 28), prefix_tokens=1)
+    torch.manual_seed(0)
+    y = t(x)
+    torch.manual_seed(0)
+    ref = drop_block(x[:, 1:].reshape(2, 14, 28, 8), 0.2, 3, layout="channels_last")
+    assert torch.equal(y[:, :1], x[:, :1])
+    assert torch.equal(y[:, 1:], ref.reshape(2, 14 * 28, 8))
+
+
+def test_grid_and_prefix_tokens_come_from_a_timm_model():
+    timm = pytest.importorskip("timm")
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=(32, 64), depth=1, reg_tokens=4,
+                            num_classes=3)
+    t = pd.DropBlock(0.2, 1, layout="tokens")
+    pd.attach(vit, "blocks.0", t)
+    assert t.grid_size == (2, 4) and t.prefix_tokens == 5
+    vit.train()(torch.randn(2, 3, 32, 64))
+
+
+@pytest.mark.parametrize("shape", [(2, 56, 56, 32), (2, 12, 12, 768)])
+def test_channels_last_maps_with_few_channels_are_not_read_channels_first(shape):
+    with pytest.raises(pd.ShapeError, match="layout='channels_last'"):
+        drop_block(torch.randn(shape), 0.1, 3)
+    drop_block(torch.randn(shape), 0.1, 3, layout="channels_last")
+    drop_block(torch.randn(2, 8, 14, 14), 0.1, 3)  # square channels-first maps pass

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import plugdrop as pd
 from conformance import CoordinatedConformance
+from conftest import sigma_tol
 
 
 class TestManifoldMixup(CoordinatedConformance):
@@ -164,3 +165,57 @@ def test_handles_of_a_copy_rebuild_a_mixup_handle():
     mix.remove()
     assert [type(h) for h in pd.handles(twin)] == [pd.Handle]
     assert len(pd.handles(m)) == 2  # the original keeps its own
+
+
+class TestPatchUp(CoordinatedConformance):
+    setting = "p"
+    value = 0.3
+
+    def make(self, value):
+        return pd.PatchUp(value, block_size=2)
+
+
+class TestPatchUpSoft(TestPatchUp):
+    def make(self, value):
+        return pd.PatchUp(value, block_size=2, mode="soft", alpha=1.0)
+
+
+def test_patchup_hard_swaps_blocks_shared_by_channels_at_rate_p():
+    torch.manual_seed(0)
+    b, c, s, p = 512, 3, 8, 0.3
+    x = torch.randn(b, c, s, s)
+    index = torch.randperm(b)
+    out, lam = pd.functional.patchup(x, p, index, 3)
+    from_other = (out == x[index]) & (out != x)
+    patched = from_other.all(dim=1)  # a patched position takes the other sample in all channels
+    assert torch.equal(from_other.any(dim=1), patched)
+    assert torch.equal(torch.where(patched[:, None], x[index], x), out)
+    moved = index != torch.arange(b)  # a sample paired with itself shows no change
+    fraction = patched.float().flatten(1).mean(1)[moved]
+    assert abs(fraction.mean().item() - p) < sigma_tol(fraction)  # DropBlock's exact rate
+    assert lam.dim() == 0 and 0.0 < lam.item() < 1.0
+
+
+def test_patchup_soft_mixes_inside_the_blocks():
+    torch.manual_seed(2)
+    x = torch.randn(64, 3, 8, 8)
+    index = torch.randperm(64)
+    out, lam = pd.functional.patchup(x, 0.3, index, 3, lam=0.25)
+    changed = (out != x).any(dim=1, keepdim=True).expand_as(x)
+    assert changed.any()
+    assert torch.allclose(out[changed], (0.25 * x + 0.75 * x[index])[changed], atol=1e-6)
+    fraction = (out != x).any(dim=1).float().mean()
+    assert lam.item() == pytest.approx(1 - 0.75 * fraction.item(), abs=0.02)
+
+
+def test_patchup_handle_mixes_targets():
+    torch.manual_seed(1)
+    m = nn.Sequential(nn.Conv2d(3, 4, 1), nn.Identity(), nn.Flatten(), nn.Linear(4 * 36, 3))
+    h = pd.attach(m, "1", pd.PatchUp(0.4, block_size=2, mode="soft", alpha=1.0))
+    x = torch.randn(16, 3, 6, 6)
+    logits = m.train()(x)
+    assert h.layer == "1" and 0.0 < float(h.lam) < 1.0
+    y = torch.randint(0, 3, (16,))
+    ce = F.cross_entropy
+    want = h.lam * ce(logits, y) + (1 - h.lam) * ce(logits, y[h.index])
+    assert torch.allclose(h.loss(ce, logits, y), want)
