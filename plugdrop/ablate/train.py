@@ -283,8 +283,11 @@ class Trainer:
         model = make_model(cfg, len(data.classes)).to(d.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        probe = make_loader(data.train, batch_size=batch, train=True, workers=0, seed=seed,
-                            epoch=0, rank=d.rank, world=d.world, device=d.device)
+        try:
+            probe = make_loader(data.train, batch_size=batch, train=True, workers=0, seed=seed,
+                                epoch=0, rank=d.rank, world=d.world, device=d.device)
+        except ConfigError as e:
+            raise ConfigError(locate(cfg, " ".join(str(e).split()), "batch_size")) from None
         steps = len(probe) // cfg.grad_accum
         if steps < 1:
             raise ConfigError(f"{cfg.loc('batch_size')}: batch_size {cfg.batch_size} x "
