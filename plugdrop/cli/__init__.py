@@ -19,7 +19,8 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="plugdrop", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="plugdrop", description="Ablations of regularizers "
+                                "retrofitted with plugdrop, and the layers of a model.")
     sub = p.add_subparsers(dest="command", required=True)
     layers.add_parser(sub)
     ablate.add_parser(sub)
@@ -34,4 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `plugdrop ablate ... --list | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -312,18 +312,42 @@ def test_gradcam_layer_has_a_map_of_4x4_and_takes_tokens(tmp_path):
 
 
 def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
-    """A ManifoldMixup variant trains through the runner (the handle's loss mixes targets)
-    and its scheduled values are recorded per epoch."""
-    cfg = tmp_path / "mix.yaml"
-    cfg.write_text(
-        "model: tinynet:make\nimage_size: 16\nepochs: 1\nbatch_size: 128\nseeds: [0]\n"
-        "gradcam: false\nvariants:\n  baseline: []\n"
+    text = SMALL.replace("epochs: 2", "epochs: 1").replace(
+        "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
+        "block_size: 3}\n",
         "  manifold-mixup:\n"
         "    - {layers: ['', 'layer1', 'layer2.0'], transform: ManifoldMixup, alpha: 2.0}\n")
     out = tmp_path / "out"
-    assert main(["ablate", str(cfg), "--out", str(out)]) == 0
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 0
     assert "manifold-mixup" in capsys.readouterr().out
-    (line,) = (out / "runs" / "manifold-mixup__s0" / "metrics.jsonl").read_text().splitlines()
-    values = json.loads(line)["values"]
-    assert values == {"ManifoldMixup@,layer1,layer2.0/alpha": 2.0,
-                      "ManifoldMixup@,layer1,layer2.0/prob": 1.0}
+    rec = metrics(out, "manifold-mixup__s0")[-1]
+    assert rec["values"]["ManifoldMixup@['', 'layer1', 'layer2.0']/alpha"] == 2.0
+
+
+def test_vit_without_img_size_fails_in_the_dry_step(tmp_path, capsys):
+    text = ("model: vit_tiny_patch16_224\nmodel_kwargs: {depth: 1}\nimage_size: 32\n"
+            "batch_size: 64\ndevice: cpu\nvariants:\n  baseline: []\n")
+    path = write(tmp_path, text)
+    assert main(["ablate", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"plugdrop ablate: {path}:1:1: model 'vit_tiny_patch16_224' does not "
+                          f"take 32px images") and "model_kwargs: {img_size: 32}" in err
+
+
+def test_fp16_gradient_transforms_get_the_scaler(tmp_path):
+    from plugdrop.ablate import config as C
+    from plugdrop.ablate.runner import load_data
+    from plugdrop.ablate.train import Dist, Trainer
+
+    text = SMALL.replace("  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, "
+                         "p: 0.1, block_size: 3}\n",
+                         "  clip:\n    - {layers: fc, transform: ClipGradNorm, max_norm: 1.0, "
+                         "where: params}\n") + "amp: fp16\n"
+    cfg = C.load(write(tmp_path, text))
+    trainer = Trainer.create(cfg, cfg.variant("clip"), 0, load_data(cfg), Dist(), 0)
+    try:
+        assert trainer.scaler.is_enabled()
+        assert trainer.handles[0].transform.scaler is trainer.scaler
+        trainer.dry_step()
+    finally:
+        trainer.close()
