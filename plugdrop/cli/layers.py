@@ -19,6 +19,8 @@ def add_parser(sub: Any) -> None:
                    metavar=("C", "H", "W"), help="input of the dry forward (default 3 224 224)")
     p.add_argument("--match", help="a selector: modules it picks are marked with *")
     p.add_argument("--depth", type=int, help="show modules down to this depth only (0: root)")
+    p.add_argument("--residual", action="store_true",
+                   help="find the residual branches (where DropPath belongs) and mark them R")
     p.add_argument("--model-kwargs", metavar="YAML",
                    help="keyword arguments of the model factory as a YAML mapping, e.g. "
                         "'{img_size: 64}' or 'weights: null'")
@@ -92,20 +94,17 @@ def run(args: argparse.Namespace) -> int:
         model = _model(args.model, kwargs)
     except ConfigError as e:
         return _fail(str(e))
+    x = torch.zeros(1, c, h, w)
     try:
-        table = pd.layers(model, torch.zeros(1, c, h, w), selector=args.match,
-                          max_depth=args.depth)
+        branches = pd.residual_branches(model, x) if args.residual else []
+        table = pd.layers(model, x, selector=args.match, max_depth=args.depth)
     except (ValueError, TypeError, RuntimeError) as e:
         return _fail(" ".join(str(e).split()))
-    picked = sum(r.picked for r in table)
     title = f"{args.model}: {len(table)} modules, input (1, {c}, {h}, {w})"
     if args.match:
-        title += f"; * = picked by {args.match!r} ({picked})"
-    print(title)
-    rows = [("*" if r.picked else " ", "  " * r.depth + (r.name or f"({args.model})"), r.type,
-             r.output if r.called else "(not called)") for r in table]
-    w1 = max(len(r[1]) for r in rows)
-    w2 = max(len(r[2]) for r in rows)
-    for mark, name, kind, shape in rows:
-        print(f"{mark} {name.ljust(w1)}  {kind.ljust(w2)}  {shape}")
+        title += f"; * = picked by {args.match!r} ({sum(r.picked for r in table)})"
+    if args.residual:
+        title += f"; R = residual branch ({len(branches)}: select them with 'residual:')"
+    table.title = title + "; last column: the layout DropBlock would read"
+    print(table)
     return 0

@@ -47,3 +47,12 @@ def test_layers_errors(capsys, args, message):
 def test_layers_suggests_timm_names(capsys):
     assert main(["layers", "resnet_18"]) == 2
     assert "did you mean resnet18" in capsys.readouterr().err
+
+
+def test_layers_marks_residual_branches(capsys):
+    assert main(["layers", "resnet10t", "--input-size", "3", "32", "32", "--residual",
+                 "--depth", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "R = residual branch" in out[0]
+    marked = [line.split()[1] for line in out[1:] if line[:2].strip() == "R"]
+    assert marked and all(name.startswith("layer") for name in marked)
