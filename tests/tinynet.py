@@ -16,3 +16,19 @@ def make(num_classes: int = 10, width: int = 8) -> nn.Module:
     net.add_module("flat", nn.Flatten())
     net.add_module("fc", nn.Linear(2 * width, num_classes))
     return net
+
+
+class _WithSpare(nn.Module):
+    """The tiny network plus a module its forward never calls (``spare``)."""
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+        self.spare = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def make_with_spare(num_classes: int = 10, width: int = 8) -> nn.Module:
+    return _WithSpare(make(num_classes, width))

@@ -166,10 +166,18 @@ def _yaml_text(text: str, file: str, label: str | None = None) -> Any:
 
 
 def build_value(value: Any, total_steps: int) -> Any:
-    """A config value -> a number, or a plugdrop schedule (``steps`` default to the run)."""
+    """A config value -> a number, or a plugdrop schedule (``steps`` default to the run).
+
+    ``times:`` multiplies by another value or schedule, e.g. a per-layer rate that also ramps
+    with the step: ``{schedule: by_depth, start: 0, end: 0.1, times: {schedule: linear,
+    start: 0, end: 1}}`` is ``pd.by_depth(0, 0.1) * pd.linear(0, 1, steps=<the run>)``.
+    """
     if not isinstance(value, Mapping) or "schedule" not in value:
         return value
     spec = dict(value)
+    if "times" in spec:
+        times = build_value(spec.pop("times"), total_steps)
+        return build_value(spec, total_steps) * times
     kind = spec.pop("schedule")
     factory = schedule_names()[kind]
     params = inspect.signature(factory).parameters
@@ -193,8 +201,8 @@ def _check_schedule(value: Any, loc: Loc | None) -> None:
                              f"{', '.join(known)}")
         params = [p for p in inspect.signature(known[kind]).parameters]
         for k in value:
-            if k != "schedule" and k not in params and not (k == "value" and "schedule"
-                                                            in params):
+            if k not in ("schedule", "times") and k not in params and not (
+                    k == "value" and "schedule" in params):
                 raise _fail(value.at(k) if isinstance(value, _LocDict) else loc,
                             f"the {kind} schedule has no setting {k!r}{_suggest(k, params)}; "
                             f"it takes {', '.join(params)}")

@@ -404,6 +404,11 @@ class Trainer:
                 out[f"{a.label}/{k}"] = float(v)
         return out
 
+    def _calls(self) -> dict[str, int]:
+        """Attachment -> how many times its hooks ran since the run started (all layers)."""
+        return {a.label: sum(h.calls.values())
+                for a, h in zip(self.variant.attachments, self.handles)}
+
     def train_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]],
                    loss_sum: torch.Tensor) -> int:
         """One optimizer step over ``grad_accum`` micro-batches; returns the images seen."""
@@ -503,7 +508,8 @@ class Trainer:
                         watch[f"{layer}/{k}"] = means[f"{a.label}/{k}"]
         record.update({"epoch_time": elapsed, "images_per_s": seen / max(train_time, 1e-9),
                        "lr": float(self.optimizer.param_groups[0]["lr"]), "step": self.step,
-                       "values": self._values(), "values_mean": means, "watch": watch})
+                       "values": self._values(), "values_mean": means, "watch": watch,
+                       "calls": self._calls()})
         return record
 
     @torch.no_grad()
@@ -567,6 +573,15 @@ class Trainer:
         if not torch.isfinite(loss_sum):
             raise ConfigError(f"{self.variant.loc}: variant {self.variant.name!r}: the loss of "
                               f"the dry training step is {loss_sum.item()}")
+        for a, h in zip(self.variant.attachments, self.handles):
+            silent = h.never_fired
+            if silent:  # a regularizer that never runs would read as "no effect"
+                raise ConfigError(
+                    f"{a.loc}: variant {self.variant.name!r}: {a.transform} never ran at "
+                    f"{', '.join(map(repr, silent[:6]))}{' ...' if len(silent) > 6 else ''} "
+                    f"in the dry training step (the module is not called by forward, or a "
+                    f"fused path skips it, e.g. fused attention's attn_drop); select layers "
+                    f"that run: plugdrop layers {self.cfg.model} shows which are called")
 
 
 def _size(ds: Any) -> int:

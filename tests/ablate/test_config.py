@@ -37,7 +37,26 @@ def test_transforms_and_schedules_come_from_the_library():
     names = C.transform_names()
     assert {"DropBlock", "Dropout2d", "ManifoldMixup", "ClipGradNorm"} <= set(names)
     assert "Transform" not in names and all(n in pd.__all__ for n in names)
-    assert set(C.schedule_names()) == {"linear", "cosine", "piecewise", "warmup"}
+    assert set(C.schedule_names()) == {"linear", "cosine", "piecewise", "warmup", "by_depth"}
+
+
+def test_depth_scaled_settings_times_a_ramp(tmp_path):
+    import plugdrop as pd
+
+    text = GOOD.replace("  ramp:\n", "  depth:\n    - {layers: \"layer1.*\", transform: DropPath, "
+                        "p: {schedule: by_depth, start: 0.0, end: 0.2, times: {schedule: linear, "
+                        "start: 0.5, end: 1.0}}}\n  ramp:\n", 1)
+    cfg = load(tmp_path, text)
+    (att,) = cfg.variant("depth").attachments
+    model = __import__("tinynet").make()
+    h = att.attach(model.train(), total_steps=10)
+    def values():
+        return [r.values["p"] for r in pd.summary(model) if r.kind == "transform"]
+
+    depth = [0.0, 0.2 / 3, 0.4 / 3, 0.2]  # layer1's 4 modules, timm's linspace rule
+    assert values() == pytest.approx([0.5 * v for v in depth])  # the ramp starts at 0.5
+    h.step(10)
+    assert values() == pytest.approx(depth)
 
 
 def test_scientific_notation_is_a_float(tmp_path):

@@ -351,3 +351,14 @@ def test_fp16_gradient_transforms_get_the_scaler(tmp_path):
         trainer.dry_step()
     finally:
         trainer.close()
+
+
+def test_a_regularizer_that_never_runs_is_refused_before_training(tmp_path, capsys):
+    text = ("model: tinynet:make_with_spare\nimage_size: 8\nbatch_size: 64\ndevice: cpu\n"
+            "gradcam: false\nvariants:\n  baseline: []\n  silent:\n"
+            "    - {layers: spare, transform: Dropout2d, p: 0.1}\n")
+    path = write(tmp_path, text)
+    assert main(["ablate", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"plugdrop ablate: {path}:") and "Dropout2d never ran at 'spare'" in err
+    assert not (tmp_path / "out" / "runs" / "baseline__s0" / "done.json").exists()
