@@ -1,8 +1,8 @@
 """``plugdrop ablate CONFIG``: train every variant x seed of a YAML config into run folders.
 
 Exit status: 0 when every run finished, 1 when a run failed (the others still trained),
-2 for a mistake in the config, data or output folder (one line, before any training; 0
-under torchrun, whose launcher would otherwise print a traceback after the message),
+2 for a mistake in the config, data or output folder (one line, before any training, printed
+once by rank 0 under torchrun, whose launcher then adds its own failure report),
 130 / 143 when SIGINT / SIGTERM stopped it (the command that resumes is printed).
 """
 
@@ -79,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"plugdrop ablate: {e}", file=sys.stderr, flush=True)
         _teardown(d)
-        # Under torchrun a non-zero status makes the launcher print its own traceback and
-        # failure report after our one line; the message is the report.
-        return 0 if world > 1 else 2
+        # Under torchrun the launcher adds its failure report after this line: a mistake must
+        # not look like success to a script or a scheduler, so the status stays non-zero.
+        return 2
     code = 0
     if d.main:
         from ..ablate.progress import Progress

@@ -228,8 +228,10 @@ def test_torchrun_global_batch_and_errors_once(tmp_path):
     assert metrics(out, "baseline__s0")[-1]["step"] == 1438 // 128  # the global batch
     bad = subprocess.run(cmd[:-2] + ["--out", str(tmp_path / "o2"), "--set", "seeds=[true]"],
                          capture_output=True, text=True, env=env(), timeout=300)
+    assert bad.returncode != 0  # a mistake never looks like success to a script
     assert bad.stderr.count("seeds must be a list of integers") == 1, bad.stderr
-    assert "Traceback" not in bad.stderr, bad.stderr[-3000:]
+    ours = bad.stderr.index("plugdrop ablate: ")
+    assert "Traceback" not in bad.stderr[:ours], bad.stderr[-3000:]  # ours comes first
 
 
 def test_report_command(tmp_path, capsys):
