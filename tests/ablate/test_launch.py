@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import cli, env, popen, write
+from _runner_helpers import env, popen, write
 
 from plugdrop.cli import main
 
@@ -47,12 +47,14 @@ def rows(out: Path) -> list[dict[str, str]]:
 
 
 def table(out: Path) -> list[str]:
-    """``plugdrop report``'s table without its time column."""
-    proc = cli("report", str(out), "--no-plots")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.split("\n\n")[1].splitlines()
-    cut = lines[0].index("time/epoch")
-    return [line[:cut].rstrip() for line in lines]
+    """The report's table (rebuilt from the run folders) without its time column."""
+    from plugdrop.ablate.report import write_report
+
+    lines = write_report(out, plots=False).table.splitlines()
+    start = next(i for i, line in enumerate(lines) if "time/epoch" in line)
+    end = lines.index("", start)
+    cut = lines[start].index("time/epoch")
+    return [line[:cut].rstrip() for line in lines[start:end]]
 
 
 def attempts(out: Path, run: str) -> list[dict]:
@@ -63,19 +65,17 @@ def attempts(out: Path, run: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory) -> Path:
     """The local sequential runner's results (one thread, like every launcher's job)."""
+    import torch
+
     tmp = tmp_path_factory.mktemp("ref")
     out = tmp / "out"
-    proc = cli("ablate", str(write(tmp, CFG)), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["ablate", str(write(tmp, CFG)), "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
     return out
-
-
-@pytest.fixture
-def job_env(monkeypatch):
-    """Jobs inherit this environment: the worktree and tests/ (tinynet) importable, 1 thread."""
-    for key, value in env().items():
-        if key in ("PYTHONPATH", "OMP_NUM_THREADS"):
-            monkeypatch.setenv(key, value)
 
 
 def kill_after_first_epoch(out: Path, run: str, sig: int, driver: subprocess.Popen | None = None,
@@ -156,7 +156,7 @@ def test_shard_assignment_is_stable_and_balanced():
     assert select(items, 2, 3) == [1, 4, 7]
 
 
-def test_two_shards_at_once_merge_into_the_single_process_table(tmp_path, ref):
+def test_two_shards_at_once_merge_into_the_single_process_table(tmp_path, ref, capsys):
     out = tmp_path / "out"
     path = write(tmp_path, CFG)
     procs = [popen("ablate", str(path), "--out", str(out), "--shard", f"{i}/2") for i in (1, 2)]
@@ -165,20 +165,20 @@ def test_two_shards_at_once_merge_into_the_single_process_table(tmp_path, ref):
         assert p.returncode == 0, err[-2000:]
     assert rows(out) == rows(ref)
     assert table(out) == table(ref)
-    # the folder lock: a whole ablation refuses a folder that a shard holds, and back
+    # the folder lock: a whole ablation refuses a folder that a shard holds
     from plugdrop.ablate import runs
 
     held = runs.Lock(out, shared=True)
     held.acquire()
     try:
-        proc = cli("ablate", str(path), "--out", str(out), "--resume")
-        assert proc.returncode == 2 and "another plugdrop ablate is writing" in proc.stderr
+        assert main(["ablate", str(path), "--out", str(out), "--resume"]) == 2
+        assert "another plugdrop ablate is writing" in capsys.readouterr().err
     finally:
         held.release()
     # a shard started again without --resume refuses its own finished runs
-    proc = cli("ablate", str(path), "--out", str(out), "--shard", "1/2")
-    assert proc.returncode == 2 and "holds runs of shard 1/2 already" in proc.stderr
-    assert proc.stderr.count("\n") == 1
+    assert main(["ablate", str(path), "--out", str(out), "--shard", "1/2"]) == 2
+    err = capsys.readouterr().err
+    assert "holds runs of shard 1/2 already" in err and err.count("\n") == 1
 
 
 # ------------------------------------------------------------------------------ submitit
@@ -216,7 +216,8 @@ def ray_cluster():
     old = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
     os.environ.update({k: v for k, v in env().items() if k in old})
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
     except Exception as e:  # pragma: no cover - depends on the machine
         pytest.skip(f"a local Ray cluster cannot start here: {type(e).__name__}: {e}")
     try:
