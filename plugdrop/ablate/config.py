@@ -294,7 +294,7 @@ class AblationConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     lr_schedule: str = "cosine"
-    warmup_epochs: float = 0
+    warmup_epochs: int = 0
     warmup_lr: float = 0.0
     min_lr: float = 0.0
     label_smoothing: float = 0.0
@@ -393,9 +393,11 @@ def _check_option(key: str, value: Any, loc: Loc | None) -> Any:
     elif key in ("lr",):
         need(_is_num(value) and value > 0, "a number > 0")
         value = float(value)
-    elif key in ("weight_decay", "min_lr", "warmup_lr", "warmup_epochs"):
+    elif key in ("weight_decay", "min_lr", "warmup_lr"):
         need(_is_num(value) and value >= 0, "a number >= 0")
-        value = float(value) if key != "warmup_epochs" else value
+        value = float(value)
+    elif key == "warmup_epochs":
+        need(_is_int(value) and value >= 0, "an integer >= 0")
     elif key in ("momentum", "label_smoothing"):
         need(_is_num(value) and 0 <= value < 1, "a number in [0, 1)")
         value = float(value)
@@ -420,7 +422,7 @@ def _check_option(key: str, value: Any, loc: Loc | None) -> Any:
         known = timm.optim.list_optimizers()
         need(isinstance(value, str) and value.lower() in known,
              "a timm optimizer name (sgd, adamw, lamb, ...)",
-             _suggest(value, known) if isinstance(value, str) else "")
+             _suggest(value, [str(k) for k in known]) if isinstance(value, str) else "")
         value = value.lower()
     elif key == "lr_schedule":
         need(value in _SCHEDULERS, " | ".join(_SCHEDULERS),
@@ -456,7 +458,7 @@ def _check_option(key: str, value: Any, loc: Loc | None) -> Any:
             value = {}
         need(isinstance(value, Mapping), "a mapping of keyword arguments, e.g. {drop_rate: 0.1}")
     elif key == "pretrained":
-        need(value is None or isinstance(value, bool) or (isinstance(value, str) and value),
+        need(value is None or isinstance(value, bool) or (isinstance(value, str) and value != ""),
              "true (timm's cache), false, or the path of a checkpoint file")
         if value is False:
             value = None
@@ -479,7 +481,7 @@ def _check_option(key: str, value: Any, loc: Loc | None) -> Any:
             for k in value:
                 if k not in AUGMENT_KEYS:
                     raise _fail(value.at(k) if isinstance(value, _LocDict) else loc,
-                                f"augment has no setting {k!r}{_suggest(k, AUGMENT_KEYS)}; "
+                                f"augment has no setting {k!r}{_suggest(k, sorted(AUGMENT_KEYS))}; "
                                 f"known: {', '.join(sorted(AUGMENT_KEYS))}")
     elif key == "bad_images":
         need(value in ("error", "skip"), "error or skip")

@@ -223,8 +223,8 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
                 "runs": [{"id": runs.run_id(v, s), "variant": v, "seed": s}
                          for v, s in cfg.runs()],
                 "versions": versions(),
-                "data": {"name": data.name, "train": len(data.train),  # type: ignore[arg-type]
-                         "val": len(data.val), "classes": list(data.classes),  # type: ignore
+                "data": {"name": data.name, "train": _size(data.train),
+                         "val": _size(data.val), "classes": list(data.classes),
                          "world_size": d.world}}
     lock = runs.Lock(out, shared=shard is not None)
 
@@ -257,7 +257,7 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
         mine = select(mine, *shard)
     for v, s in mine:
         rd = runs.RunDir(out, v, s)
-        status = on_rank0(d, lambda rd=rd: rd.status)
+        status: str = on_rank0(d, lambda rd=rd: rd.status)  # type: ignore[misc]
         if status == "finished":
             outcome.skipped.append(rd.id)
         else:
@@ -265,8 +265,9 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
     progress = progress or Progress(len(todo), d.main)
     if d.main:
         rank_note = f" x {d.world} processes" if d.active else ""
-        print(f"plugdrop ablate: {cfg.model} on {data.name} ({len(data.train)} train / "  # type: ignore[arg-type]
-              f"{len(data.val)} val, {len(data.classes)} classes, {cfg.image_size}px), "  # type: ignore[arg-type]
+        n_train, n_val = _size(data.train), _size(data.val)
+        print(f"plugdrop ablate: {cfg.model} on {data.name} ({n_train} train / "
+              f"{n_val} val, {len(data.classes)} classes, {cfg.image_size}px), "
               f"{len(cfg.variants)} variants x {len(cfg.seeds)} seeds x {cfg.epochs} epochs on "
               f"{d.device}{rank_note}; {len(todo)} runs to train"
               + (f", {len(outcome.skipped)} finished already" if outcome.skipped else "")
@@ -334,6 +335,10 @@ def _claim_run(rd: runs.RunDir, lock: runs.RunLock) -> bool:
         lock.release()
         return False
     return True
+
+
+def _size(ds: Any) -> int:
+    return len(ds)
 
 
 def _current_epoch(rd: runs.RunDir) -> int:

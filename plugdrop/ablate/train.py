@@ -288,7 +288,7 @@ class Trainer:
         steps = len(probe) // cfg.grad_accum
         if steps < 1:
             raise ConfigError(f"{cfg.loc('batch_size')}: batch_size {cfg.batch_size} x "
-                              f"grad_accum is more than the {len(data.train)} training images "
+                              f"grad_accum is more than the {_size(data.train)} training images "
                               f"(one optimizer step needs a full batch); lower batch_size")
         total = steps * cfg.epochs
         scaler = torch.amp.GradScaler(d.device.type, enabled=cfg.amp == "fp16")
@@ -559,6 +559,10 @@ class Trainer:
         if not torch.isfinite(loss_sum):
             raise ConfigError(f"{self.variant.loc}: variant {self.variant.name!r}: the loss of "
                               f"the dry training step is {loss_sum.item()}")
+
+
+def _size(ds: Any) -> int:
+    return len(ds)
 
 
 def _one_line(e: BaseException) -> str:
