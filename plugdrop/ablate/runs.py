@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -188,23 +189,29 @@ class RunLock:
         self.path = rd.path / ".lock"
         self.file: IO[str] | None = None
 
-    def try_acquire(self) -> bool:
-        """Take the lock; False when another process holds it."""
+    def try_acquire(self, patience: float = 1.0) -> bool:
+        """Take the lock; False when another process still holds it after ``patience``
+        seconds (a driver's :meth:`held_elsewhere` probe holds it for an instant)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         f = open(self.path, "a+")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            return False
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    f.close()
+                    return False
+                time.sleep(0.05)
         self.file = f
         return True
 
     def held_elsewhere(self) -> bool:
-        """Whether some process trains this run now (without taking the lock)."""
+        """Whether some process trains this run now (probes the lock for an instant)."""
         if not self.path.exists():
             return False
-        if self.try_acquire():
+        if self.try_acquire(patience=0.0):
             self.release()
             return False
         return True

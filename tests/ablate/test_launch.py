@@ -273,3 +273,24 @@ def test_worker_entry_point_runs_one_run(tmp_path, ref):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "no run 'nope__s0' in this ablation" in bad.stderr
 
+
+
+def test_data_parallel_run_through_torchrun_inside_a_submitit_job(tmp_path):
+    """``--nproc-per-run 2``: the job starts torchrun, whose 2 processes train the run with
+    DistributedDataParallel (the global batch kept: 1438 // 128 steps per epoch)."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    out = tmp_path / "out"
+    text = CFG.replace("epochs: 3", "epochs: 1").replace("seeds: [0, 1]", "seeds: [0]").replace(
+        "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
+        "block_size: 3}\n", "")
+    proc = subprocess.run([sys.executable, "-m", "plugdrop", "ablate", str(write(tmp_path, text)),
+                           "--out", str(out), "--launcher", "submitit", "--slurm-cluster",
+                           "local", "--nproc-per-run", "2", "--cpus-per-run", "2"],
+                          capture_output=True, text=True, env=env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(x) for x in (out / "runs" / "baseline__s0" / "metrics.jsonl")
+            .read_text().splitlines()]
+    assert recs[-1]["step"] == 1438 // 128
+    assert [a["launcher"] for a in attempts(out, "baseline__s0")] == ["submitit"]
+    logs = "".join(p.read_text() for p in (out / ".submitit").rglob("*.err"))
+    assert "Traceback" not in logs, logs[-2000:]

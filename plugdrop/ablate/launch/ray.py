@@ -80,6 +80,7 @@ class RayLauncher:
         limit = o.max_parallel or len(todo) or 1
         queue = list(todo)
         active: dict[Any, RunDir] = {}
+        tries = {rd.id: 0 for rd in todo}
         monitor = Monitor(out, todo)
         try:
             while queue or active:
@@ -92,7 +93,11 @@ class RayLauncher:
                 for ref in ready:
                     rd = active.pop(ref)
                     try:
-                        ray.get(ref)
+                        if ray.get(ref) == "busy" and rd.status == "incomplete":
+                            # another process held the run: look again later
+                            tries[rd.id] += 1
+                            if tries[rd.id] <= o.max_retries:
+                                queue.append(rd)
                     except ray.exceptions.RayError as e:
                         monitor.message(f"plugdrop ablate: run {rd.id}: the Ray task failed "
                                         f"after {o.max_retries} retries: "
