@@ -153,7 +153,9 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
         return FINISHED
     except Stopped:
         return STOPPED
-    except ConfigError:
+    except ConfigError as e:  # e.g. the data is not readable on this node: the driver shows it
+        if d.main:
+            rd.failed(e, _current_epoch(rd), "")
         raise
     except Exception as e:  # recorded like the local runner does
         if d.main:

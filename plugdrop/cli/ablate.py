@@ -41,20 +41,20 @@ def add_parser(sub: Any) -> None:
                         "install 'plugdrop[ray]')")
     g.add_argument("--shard", metavar="I/N",
                    help="train only the I-th of N shares of the runs; shards share --out")
-    g.add_argument("--cpus-per-run", type=int, default=1, help="CPUs of each job (submitit, ray)")
-    g.add_argument("--gpus-per-run", type=int, default=0, help="GPUs of each job (submitit, ray)")
-    g.add_argument("--nproc-per-run", type=int, default=1,
+    g.add_argument("--cpus-per-run", type=int, metavar="N", default=1, help="CPUs of each job (submitit, ray)")
+    g.add_argument("--gpus-per-run", type=int, metavar="N", default=0, help="GPUs of each job (submitit, ray)")
+    g.add_argument("--nproc-per-run", type=int, metavar="N", default=1,
                    help="processes per run, started through torchrun inside its job")
-    g.add_argument("--max-parallel", type=int, help="at most this many runs at once")
-    g.add_argument("--max-retries", type=int, default=3,
+    g.add_argument("--max-parallel", type=int, metavar="N", help="at most this many runs at once")
+    g.add_argument("--max-retries", type=int, metavar="N", default=3,
                    help="restarts of a job that died; it resumes from its checkpoint")
-    g.add_argument("--timeout-min", type=int, default=24 * 60,
+    g.add_argument("--timeout-min", type=int, metavar="MIN", default=24 * 60,
                    help="time limit of each Slurm job; it requeues itself before it")
-    g.add_argument("--slurm-partition", help="the Slurm partition (submitit)")
+    g.add_argument("--slurm-partition", metavar="NAME", help="the Slurm partition (submitit)")
     g.add_argument("--slurm-cluster", choices=["auto", "slurm", "local"], default="auto",
                    help="submitit's cluster: auto = Slurm when sbatch is there, else local "
                         "processes")
-    g.add_argument("--address", help="HOST:PORT of a running Ray cluster to join (ray); "
+    g.add_argument("--address", metavar="HOST:PORT", help="HOST:PORT of a running Ray cluster to join (ray); "
                                      "default: start one on this machine")
     p.set_defaults(func=run)
 
