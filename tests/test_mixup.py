@@ -7,7 +7,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import plugdrop as pd
-from plugdrop.cli import main
 
 
 class Probe(nn.Module):
@@ -124,20 +123,3 @@ def test_mixup_errors():
         pd.attach(_model(), "2", pd.ManifoldMixup(), where="input")
     with pytest.raises(TypeError, match="through plugdrop.attach"):
         pd.ManifoldMixup()(torch.randn(2, 3))
-
-
-def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
-    cfg = tmp_path / "mix.yaml"
-    cfg.write_text(
-        "model: tinynet:make\nimage_size: 16\nepochs: 1\nbatch_size: 128\nseeds: [0]\n"
-        "variants:\n  baseline: []\n"
-        "  manifold-mixup:\n"
-        "    - {layers: ['', 'layer1', 'layer2.0'], transform: ManifoldMixup, alpha: 2.0}\n")
-    out = tmp_path / "out"
-    assert main(["ablate", str(cfg), "--out", str(out)]) == 0
-    assert "manifold-mixup" in capsys.readouterr().out
-    import json
-
-    data = json.loads((out / "results.json").read_text())
-    rec = [r for r in data["records"] if r["variant"] == "manifold-mixup"][0]
-    assert rec["values"]["ManifoldMixup@['', 'layer1', 'layer2.0']:alpha"] == 2.0

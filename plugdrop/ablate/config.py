@@ -253,9 +253,7 @@ class Attachment:
     @property
     def label(self) -> str:
         """A short name for logs: ``DropBlock@layer3.*``."""
-        layers = self.layers if isinstance(self.layers, str) else ",".join(map(str, self.layers)) \
-            if isinstance(self.layers, list) else str(self.layers)
-        return f"{self.transform}@{layers}"
+        return f"{self.transform}@{self.layers}"
 
 
 @dataclass(frozen=True)

@@ -283,8 +283,11 @@ class Trainer:
         model = make_model(cfg, len(data.classes)).to(d.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        probe = make_loader(data.train, batch_size=batch, train=True, workers=0, seed=seed,
-                            epoch=0, rank=d.rank, world=d.world, device=d.device)
+        try:
+            probe = make_loader(data.train, batch_size=batch, train=True, workers=0, seed=seed,
+                                epoch=0, rank=d.rank, world=d.world, device=d.device)
+        except ConfigError as e:
+            raise ConfigError(locate(cfg, " ".join(str(e).split()), "batch_size")) from None
         steps = len(probe) // cfg.grad_accum
         if steps < 1:
             raise ConfigError(f"{cfg.loc('batch_size')}: batch_size {cfg.batch_size} x "
@@ -550,12 +553,18 @@ class Trainer:
             self.model.eval()
             with torch.no_grad(), _autocast(self.cfg, self.d.device):
                 self.model(batches[0][0][:2])
-        except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+        except (ValueError, TypeError, RuntimeError, NotImplementedError, AssertionError,
+                IndexError) as e:
+            msg = _one_line(e)
+            if "Input height" in msg or "Input width" in msg or "img_size" in msg:
+                raise ConfigError(f"{self.cfg.loc('model')}: model {self.cfg.model!r} does not "
+                                  f"take {self.cfg.image_size}px images ({msg}); add "
+                                  f"model_kwargs: {{img_size: {self.cfg.image_size}}}") from None
             loc = self.variant.loc
             if len(self.variant.attachments) == 1:
                 loc = self.variant.attachments[0].loc
             raise ConfigError(f"{loc}: variant {self.variant.name!r}: the dry training step "
-                              f"failed: {_one_line(e)}") from None
+                              f"failed: {msg}") from None
         if not torch.isfinite(loss_sum):
             raise ConfigError(f"{self.variant.loc}: variant {self.variant.name!r}: the loss of "
                               f"the dry training step is {loss_sum.item()}")

@@ -19,7 +19,8 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="plugdrop", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="plugdrop", description="Ablations of regularizers "
+                                "retrofitted with plugdrop, and the layers of a model.")
     sub = p.add_subparsers(dest="command", required=True)
     layers.add_parser(sub)
     ablate.add_parser(sub)

@@ -136,6 +136,11 @@ def run(args: argparse.Namespace) -> int:
         d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
         outcome = run_ablation(cfg, out=out, resume=args.resume, d=d, argv=args.argv,
                                shard=shard, launcher=launcher)
+    except KeyboardInterrupt:  # before the first run (during the checks): nothing to keep
+        if rank == 0:
+            print("plugdrop ablate: interrupted before any run trained", file=sys.stderr,
+                  flush=True)
+        return 130
     except ConfigError as e:
         if rank == 0:
             print(f"plugdrop ablate: {e}", file=sys.stderr, flush=True)

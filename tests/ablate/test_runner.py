@@ -309,3 +309,26 @@ def test_gradcam_layer_has_a_map_of_4x4_and_takes_tokens(tmp_path):
                     ["a", "b", "c"], "t", True, lambda: 0)
     assert save_gradcam(cfg, vit, data, Dist(), tmp_path / "cam.png") == "blocks.1"
     assert (tmp_path / "cam.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
+    text = SMALL.replace("epochs: 2", "epochs: 1").replace(
+        "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
+        "block_size: 3}\n",
+        "  manifold-mixup:\n"
+        "    - {layers: ['', 'layer1', 'layer2.0'], transform: ManifoldMixup, alpha: 2.0}\n")
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    assert "manifold-mixup" in capsys.readouterr().out
+    rec = metrics(out, "manifold-mixup__s0")[-1]
+    assert rec["values"]["ManifoldMixup@['', 'layer1', 'layer2.0']/alpha"] == 2.0
+
+
+def test_vit_without_img_size_fails_in_the_dry_step(tmp_path, capsys):
+    text = ("model: vit_tiny_patch16_224\nmodel_kwargs: {depth: 1}\nimage_size: 32\n"
+            "batch_size: 64\ndevice: cpu\nvariants:\n  baseline: []\n")
+    path = write(tmp_path, text)
+    assert main(["ablate", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"plugdrop ablate: {path}:1:1: model 'vit_tiny_patch16_224' does not "
+                          f"take 32px images") and "model_kwargs: {img_size: 32}" in err
