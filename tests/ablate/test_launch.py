@@ -252,6 +252,37 @@ def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, ray_clust
     assert "done 4, failed 0" in capsys.readouterr().err
 
 
+def test_ray_waits_for_a_run_another_process_trains(tmp_path, ray_cluster, capsys):
+    """A run whose lock another process holds (an earlier driver's job, a shard) is not trained
+    twice: its task returns at once, the driver waits for the lock, then submits it again."""
+    from plugdrop.ablate import runs
+
+    out = tmp_path / "out"
+    held = runs.RunLock(runs.RunDir(out, "baseline", 0))
+    result: list[int] = []
+    driver = threading.Thread(target=lambda: result.append(main(
+        ["ablate", str(write(tmp_path, CFG)), "--out", str(out), "--launcher", "ray",
+         "--set", "seeds=[0]", "--set", "epochs=1"])))
+    driver.start()
+    try:
+        while not (out / ".config.pkl").exists():  # prepared; the tasks start after the dry step
+            assert driver.is_alive(), capsys.readouterr().err[-2000:]
+            time.sleep(0.001)
+        assert held.try_acquire(patience=0.0)
+        other = out / "runs" / "dropblock__s0" / "done.json"
+        while not other.exists():
+            assert driver.is_alive(), capsys.readouterr().err[-2000:]
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert driver.is_alive() and not attempts(out, "baseline__s0")  # turned away, waiting
+    finally:
+        held.release()
+        driver.join(timeout=300)
+    assert result == [0], capsys.readouterr().err[-3000:]
+    assert len(attempts(out, "baseline__s0")) == 1
+    assert (out / "runs" / "baseline__s0" / "done.json").exists()
+
+
 def test_worker_entry_point_runs_one_run(tmp_path, ref):
     """``python -m plugdrop.ablate.worker OUT RUN_ID`` on a folder whose run is gone: trains
     exactly that run; a finished run is left alone; a wrong id is one line."""

@@ -117,3 +117,27 @@ def record(outcome: Any, todo: list[RunDir]) -> None:
             outcome.finished.append(rd.id)
         elif status == "failed":
             outcome.failed.append(rd.id)
+
+
+class Waiting:
+    """Runs whose job ended while another process (a job of an earlier driver, a shard) still
+    trains them: watched until that process lets go, then submitted again if unfinished."""
+
+    def __init__(self) -> None:
+        self.runs: list[RunDir] = []
+
+    def add(self, rd: RunDir) -> None:
+        self.runs.append(rd)
+
+    def released(self) -> list[RunDir]:
+        """The runs no process holds any more and that are still unfinished (forgotten)."""
+        out, keep = [], []
+        for rd in self.runs:
+            if rd.status != "incomplete":
+                continue
+            (keep if RunLock(rd).held_elsewhere() else out).append(rd)
+        self.runs = keep
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)

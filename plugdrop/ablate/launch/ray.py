@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from . import LaunchOptions
-from .monitor import Monitor, record
+from .monitor import Monitor, Waiting, record
 
 if TYPE_CHECKING:
     from ..config import AblationConfig
@@ -80,24 +80,26 @@ class RayLauncher:
         limit = o.max_parallel or len(todo) or 1
         queue = list(todo)
         active: dict[Any, RunDir] = {}
-        tries = {rd.id: 0 for rd in todo}
+        waiting = Waiting()
         monitor = Monitor(out, todo)
         try:
-            while queue or active:
+            while queue or active or waiting:
+                queue += waiting.released()
                 while queue and len(active) < limit:
                     rd = queue.pop(0)
                     ref = remote.remote(str(out.resolve()), rd.id, o.nproc_per_run,
                                         o.cpus_per_run)
                     active[ref] = rd
+                if not active:
+                    monitor.update()
+                    time.sleep(0.5)
+                    continue
                 ready, _ = ray.wait(list(active), num_returns=1, timeout=0.5)
                 for ref in ready:
                     rd = active.pop(ref)
                     try:
                         if ray.get(ref) == "busy" and rd.status == "incomplete":
-                            # another process held the run: look again later
-                            tries[rd.id] += 1
-                            if tries[rd.id] <= o.max_retries:
-                                queue.append(rd)
+                            waiting.add(rd)  # another process trains it: wait for that one
                     except ray.exceptions.RayError as e:
                         monitor.message(f"plugdrop ablate: run {rd.id}: the Ray task failed "
                                         f"after {o.max_retries} retries: "

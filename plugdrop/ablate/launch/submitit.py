@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import submitit
 
 from . import LaunchOptions, default_parallel
-from .monitor import Monitor, record
+from ..runs import RunLock
+from .monitor import Monitor, Waiting, record
 
 if TYPE_CHECKING:
     from ..config import AblationConfig
@@ -78,6 +79,7 @@ class SubmititLauncher:
         tries = {rd.id: 0 for rd in todo}
         active: dict[str, tuple[RunDir, Any]] = {}
         queue = list(todo)
+        waiting = Waiting()
         if ex.cluster == "slurm":  # one array job; Slurm limits the parallelism
             with ex.batch():
                 jobs = [ex.submit(RunJob(), *args(rd)) for rd in queue]
@@ -85,7 +87,8 @@ class SubmititLauncher:
             queue = []
         limit = o.max_parallel or default_parallel(o)
         try:
-            while queue or active:
+            while queue or active or waiting:
+                queue += waiting.released()
                 while queue and len(active) < limit:
                     rd = queue.pop(0)
                     active[rd.id] = (rd, ex.submit(RunJob(), *args(rd)))
@@ -93,7 +96,9 @@ class SubmititLauncher:
                     if not job.done():
                         continue
                     del active[rid]
-                    if rd.status == "incomplete":  # died without requeuing itself
+                    if rd.status == "incomplete" and RunLock(rd).held_elsewhere():
+                        waiting.add(rd)  # another process trains it: wait for that one
+                    elif rd.status == "incomplete":  # died without requeuing itself
                         tries[rid] += 1
                         if tries[rid] <= o.max_retries:
                             monitor.message(f"plugdrop ablate: job {job.job_id} of {rid} ended "
