@@ -275,6 +275,7 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
               + (f" through {launcher.name}" if launcher is not None else ""),
               flush=True)
     if launcher is not None:
+        progress.close()  # the launcher's driver view (launch.monitor) takes over
         try:
             launcher.execute(cfg, out, todo, outcome)
         finally:
