@@ -131,7 +131,8 @@ class Waiting:
 
     def released(self) -> list[RunDir]:
         """The runs no process holds any more and that are still unfinished (forgotten)."""
-        out, keep = [], []
+        out: list[RunDir] = []
+        keep: list[RunDir] = []
         for rd in self.runs:
             if rd.status != "incomplete":
                 continue
