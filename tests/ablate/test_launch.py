@@ -185,19 +185,20 @@ def test_two_shards_at_once_merge_into_the_single_process_table(tmp_path, ref, c
 
 
 def test_submitit_local_preempted_and_killed_jobs_resume(tmp_path, ref):
-    """Two jobs at once; one preempted (SIGUSR2, submitit's checkpoint-and-requeue), the other
-    killed (SIGKILL, submitted again by the driver); both resume at epoch 2."""
+    """Two jobs at once; one preempted (SIGUSR2, submitit's checkpoint-and-requeue), a later
+    one killed (SIGKILL, submitted again by the driver); both resume at epoch 2."""
     pytest.importorskip("submitit", reason="the submitit extra is not installed")
     out = tmp_path / "out"
     driver = popen("ablate", str(write(tmp_path, CFG)), "--out", str(out), "--launcher",
                    "submitit", "--slurm-cluster", "local", "--max-parallel", "2")
     preempted = kill_after_first_epoch(out, "baseline__s0", signal.SIGUSR2, driver)
-    killed = kill_after_first_epoch(out, "baseline__s1", signal.SIGKILL, driver)
+    # (a run of the second pair: it starts when a slot frees, so its first epoch is watched)
+    killed = kill_after_first_epoch(out, "dropblock__s0", signal.SIGKILL, driver)
     printed, err = driver.communicate(timeout=300)
     assert driver.returncode == 0, err[-3000:]
     assert "4 runs to train through submitit" in printed
     assert_resumed(out, "baseline__s0", preempted, "submitit")
-    assert_resumed(out, "baseline__s1", killed, "submitit")
+    assert_resumed(out, "dropblock__s0", killed, "submitit")
     assert "ended before the run did; submitting it again (1/3)" in err
     assert "runs: queued" in err and "done 4, failed 0" in err  # the progress view
     assert rows(out) == rows(ref)
