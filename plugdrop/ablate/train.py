@@ -19,7 +19,6 @@ import os
 import random
 import signal
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 
 import plugdrop as pd
 
-from .config import AblationConfig, Attachment, Variant
+from .config import AblationConfig, Variant
 from .data import DataSets, make_loader
 from .errors import ConfigError
 from .model import build_model

@@ -332,3 +332,22 @@ def test_vit_without_img_size_fails_in_the_dry_step(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"plugdrop ablate: {path}:1:1: model 'vit_tiny_patch16_224' does not "
                           f"take 32px images") and "model_kwargs: {img_size: 32}" in err
+
+
+def test_fp16_gradient_transforms_get_the_scaler(tmp_path):
+    from plugdrop.ablate import config as C
+    from plugdrop.ablate.runner import load_data
+    from plugdrop.ablate.train import Dist, Trainer
+
+    text = SMALL.replace("  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, "
+                         "p: 0.1, block_size: 3}\n",
+                         "  clip:\n    - {layers: fc, transform: ClipGradNorm, max_norm: 1.0, "
+                         "where: params}\n") + "amp: fp16\n"
+    cfg = C.load(write(tmp_path, text))
+    trainer = Trainer.create(cfg, cfg.variant("clip"), 0, load_data(cfg), Dist(), 0)
+    try:
+        assert trainer.scaler.is_enabled()
+        assert trainer.handles[0].transform.scaler is trainer.scaler
+        trainer.dry_step()
+    finally:
+        trainer.close()
