@@ -203,8 +203,16 @@ def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, wor
 
 def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
                  argv: Sequence[str], data: DataSets | None = None,
-                 progress: Progress | None = None) -> Outcome:
-    """Check, then train every unfinished run of ``cfg`` into ``out``."""
+                 progress: Progress | None = None, shard: tuple[int, int] | None = None,
+                 launcher: Any = None) -> Outcome:
+    """Check, then train every unfinished run of ``cfg`` into ``out``.
+
+    Args:
+        shard: ``(i, n)``: train only the i-th of n shares of the runs (see
+            :mod:`plugdrop.ablate.launch.shard`); shards share ``out``.
+        launcher: a :class:`plugdrop.ablate.launch.Launcher` that trains the runs elsewhere
+            (Slurm jobs, Ray tasks); ``None`` trains them here, one after another.
+    """
     if data is None:
         data = agree(d, lambda: load_data(cfg))
     workers = workers_for(cfg, data)
@@ -218,14 +226,22 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
                 "data": {"name": data.name, "train": _size(data.train),
                          "val": _size(data.val), "classes": list(data.classes),
                          "world_size": d.world}}
-    lock = runs.Lock(out)
+    lock = runs.Lock(out, shared=shard is not None)
 
     def claim() -> None:
         runs.check_out(out)
         out.mkdir(parents=True, exist_ok=True)
         lock.acquire()
         try:
-            runs.prepare(out, manifest, resume)
+            with runs.claiming(out):
+                if shard is not None:
+                    from .launch.shard import check_fresh
+
+                    check_fresh(out, cfg, shard, resume)
+                runs.prepare(out, manifest, resume or shard is not None)
+                from .worker import save_config
+
+                save_config(out, cfg)
         except ConfigError:
             lock.release()
             raise
@@ -234,7 +250,12 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
     _last_plots[0] = time.monotonic()
     outcome = Outcome()
     todo = []
-    for v, s in cfg.runs():
+    mine = cfg.runs()
+    if shard is not None:
+        from .launch.shard import select
+
+        mine = select(mine, *shard)
+    for v, s in mine:
         rd = runs.RunDir(out, v, s)
         status: str = on_rank0(d, lambda rd=rd: rd.status)  # type: ignore[misc]
         if status == "finished":
@@ -249,14 +270,31 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
               f"{n_val} val, {len(data.classes)} classes, {cfg.image_size}px), "
               f"{len(cfg.variants)} variants x {len(cfg.seeds)} seeds x {cfg.epochs} epochs on "
               f"{d.device}{rank_note}; {len(todo)} runs to train"
-              + (f", {len(outcome.skipped)} finished already" if outcome.skipped else ""),
+              + (f", {len(outcome.skipped)} finished already" if outcome.skipped else "")
+              + (f" (shard {shard[0]}/{shard[1]})" if shard else "")
+              + (f" through {launcher.name}" if launcher is not None else ""),
               flush=True)
+    if launcher is not None:
+        progress.close()  # the launcher's driver view (launch.monitor) takes over
+        try:
+            launcher.execute(cfg, out, todo, outcome)
+        finally:
+            if d.main:
+                lock.release()
+        return outcome
     stop = StopFlag()
     stop.install()
     try:
         for rd in todo:
+            run_lock = runs.RunLock(rd)
+            if not on_rank0(d, lambda: _claim_run(rd, run_lock)):
+                outcome.skipped.append(rd.id)
+                progress.name = f"{rd.variant} seed={rd.seed}"
+                progress.run_end("skipped: another process trains it or finished it")
+                continue
             try:
-                train_run(cfg, rd, data, d, workers, resume, stop, progress)
+                train_run(cfg, rd, data, d, workers, resume or shard is not None, stop,
+                          progress)
                 outcome.finished.append(rd.id)
                 progress.run_end("finished")
             except Stopped as e:
@@ -277,6 +315,8 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
                                  f"{' '.join(str(e).split())[:300]}")
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
+            finally:
+                run_lock.release()
             if d.main:
                 write_report(out, progress, final=False)
     finally:
@@ -285,6 +325,17 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
         if d.main:
             lock.release()
     return outcome
+
+
+def _claim_run(rd: runs.RunDir, lock: runs.RunLock) -> bool:
+    """Take the run's lock; False when another process trains it or it finished meanwhile
+    (shards and launcher jobs share one ``--out``)."""
+    if not lock.try_acquire():
+        return False
+    if rd.status == "finished":
+        lock.release()
+        return False
+    return True
 
 
 def _size(ds: Any) -> int:

@@ -34,7 +34,62 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="override any setting, nested ones too: --set image_size=24, "
                         "--set variants.dropblock.0.p=0.2 (repeatable)")
+    g = p.add_argument_group("scaling out (README: Scaling out)")
+    g.add_argument("--launcher", default="local", metavar="{local,submitit,ray}",
+                   help="where the runs train: here one after another (local), as Slurm jobs "
+                        "(submitit, pip install 'plugdrop[slurm]') or as Ray tasks (ray, pip "
+                        "install 'plugdrop[ray]')")
+    g.add_argument("--shard", metavar="I/N",
+                   help="train only the I-th of N shares of the runs; shards share --out")
+    g.add_argument("--cpus-per-run", type=int, metavar="N", default=1, help="CPUs of each job (submitit, ray)")
+    g.add_argument("--gpus-per-run", type=int, metavar="N", default=0, help="GPUs of each job (submitit, ray)")
+    g.add_argument("--nproc-per-run", type=int, metavar="N", default=1,
+                   help="processes per run, started through torchrun inside its job")
+    g.add_argument("--max-parallel", type=int, metavar="N", help="at most this many runs at once")
+    g.add_argument("--max-retries", type=int, metavar="N", default=3,
+                   help="restarts of a job that died; it resumes from its checkpoint")
+    g.add_argument("--timeout-min", type=int, metavar="MIN", default=24 * 60,
+                   help="time limit of each Slurm job; it requeues itself before it")
+    g.add_argument("--slurm-partition", metavar="NAME", help="the Slurm partition (submitit)")
+    g.add_argument("--slurm-cluster", choices=["auto", "slurm", "local"], default="auto",
+                   help="submitit's cluster: auto = Slurm when sbatch is there, else local "
+                        "processes")
+    g.add_argument("--address", metavar="HOST:PORT", help="HOST:PORT of a running Ray cluster to join (ray); "
+                                     "default: start one on this machine")
     p.set_defaults(func=run)
+
+
+_ONLY = {"--slurm-partition": ("slurm_partition", None, ("submitit",)),
+         "--slurm-cluster": ("slurm_cluster", "auto", ("submitit",)),
+         "--timeout-min": ("timeout_min", 24 * 60, ("submitit",)),
+         "--address": ("address", None, ("ray",)),
+         "--cpus-per-run": ("cpus_per_run", 1, ("submitit", "ray")),
+         "--gpus-per-run": ("gpus_per_run", 0, ("submitit", "ray")),
+         "--nproc-per-run": ("nproc_per_run", 1, ("submitit", "ray")),
+         "--max-parallel": ("max_parallel", None, ("submitit", "ray")),
+         "--max-retries": ("max_retries", 3, ("submitit", "ray"))}
+
+
+def _launcher(args: argparse.Namespace) -> Any:
+    """The launcher of ``--launcher`` (``None`` for local) with its options checked."""
+    from ..ablate.errors import ConfigError
+    from ..ablate.launch import LAUNCHERS, LaunchOptions, make_launcher
+
+    name = args.launcher
+    if name not in LAUNCHERS:
+        raise ConfigError(f"--launcher {name!r}: choose one of {', '.join(LAUNCHERS)}")
+    for flag, (key, default, where) in _ONLY.items():
+        if getattr(args, key) != default and name not in where:
+            extra = (" (use torchrun --nproc_per_node N -m plugdrop ablate ... for one "
+                     "data-parallel ablation)" if flag == "--nproc-per-run" else "")
+            raise ConfigError(f"{flag} is an option of --launcher {' or '.join(where)}, not "
+                              f"of --launcher {name}{extra}")
+    return make_launcher(name, LaunchOptions(
+        cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
+        nproc_per_run=args.nproc_per_run, max_parallel=args.max_parallel,
+        timeout_min=args.timeout_min, partition=args.slurm_partition,
+        cluster=None if args.slurm_cluster == "auto" else args.slurm_cluster,
+        address=args.address, max_retries=args.max_retries))
 
 
 def _overrides(args: argparse.Namespace) -> list[Any]:
@@ -67,9 +122,20 @@ def run(args: argparse.Namespace) -> int:
             return 0
         out = Path(cfg.out)
         runs.check_out(out)
-        per_process_batch(cfg, world)
+        shard = None
+        if args.shard is not None:
+            from ..ablate.launch.shard import parse_shard
+
+            shard = parse_shard(args.shard)
+        launcher = _launcher(args)
+        if launcher is not None and world > 1:
+            raise ConfigError(f"--launcher {args.launcher}: start plugdrop ablate itself "
+                              f"without torchrun; --nproc-per-run N runs torchrun inside "
+                              f"each job")
+        per_process_batch(cfg, max(world, args.nproc_per_run))
         d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
-        outcome = run_ablation(cfg, out=out, resume=args.resume, d=d, argv=args.argv)
+        outcome = run_ablation(cfg, out=out, resume=args.resume, d=d, argv=args.argv,
+                               shard=shard, launcher=launcher)
     except KeyboardInterrupt:  # before the first run (during the checks): nothing to keep
         if rank == 0:
             print("plugdrop ablate: interrupted before any run trained", file=sys.stderr,

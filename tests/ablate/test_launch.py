@@ -1,0 +1,328 @@
+"""Scaling out: ``--shard`` processes side by side, ``--launcher submitit`` (submitit's local
+executor: real separate processes) and ``--launcher ray`` (a local Ray cluster on 2 CPUs) give
+the results table of the local sequential runner; a preempted / killed job is requeued or
+retried and its run resumes from its checkpoint (epoch 1 is not trained again); every user
+mistake is one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _runner_helpers import env, popen, write
+
+from plugdrop.cli import main
+
+# 2 variants x 2 seeds, 3 epochs at 8 px: a kill after epoch 1 leaves two epochs to resume.
+CFG = """\
+model: tinynet:make
+data: digits
+image_size: 8
+epochs: 3
+batch_size: 128
+seeds: [0, 1]
+device: cpu
+gradcam: false
+variants:
+  baseline: []
+  dropblock:
+    - {layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}
+"""
+
+TIMING = {"epoch_time", "images_per_s"}
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    """results.csv without the timing columns (the only ones that may differ)."""
+    return [{k: v for k, v in r.items() if k not in TIMING}
+            for r in csv.DictReader((out / "results.csv").open())]
+
+
+def table(out: Path) -> list[str]:
+    """The report's table (rebuilt from the run folders) without its time column."""
+    from plugdrop.ablate.report import write_report
+
+    lines = write_report(out, plots=False).table.splitlines()
+    start = next(i for i, line in enumerate(lines) if "time/epoch" in line)
+    end = lines.index("", start)
+    cut = lines[start].index("time/epoch")
+    return [line[:cut].rstrip() for line in lines[start:end]]
+
+
+def attempts(out: Path, run: str) -> list[dict]:
+    path = out / "runs" / run / "attempts.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory) -> Path:
+    """The local sequential runner's results (one thread, like every launcher's job)."""
+    import torch
+
+    tmp = tmp_path_factory.mktemp("ref")
+    out = tmp / "out"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["ablate", str(write(tmp, CFG)), "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def kill_after_first_epoch(out: Path, run: str, sig: int, driver: subprocess.Popen | None = None,
+                           timeout: float = 240) -> str:
+    """Wait for the first checkpoint of ``run``, then send ``sig`` to the process training it;
+    returns epoch 1's metrics line as it was then."""
+    ckpt = out / "runs" / run / "checkpoint.pt"
+    t0 = time.monotonic()
+    while not (ckpt.exists() and attempts(out, run)):
+        if driver is not None and driver.poll() is not None:
+            raise AssertionError(f"the driver ended early: {driver.stderr.read()[-2000:]}")
+        assert time.monotonic() - t0 < timeout, f"no checkpoint of {run} appeared"
+        time.sleep(0.005)
+    pid = attempts(out, run)[-1]["pid"]
+    os.kill(pid, sig)
+    assert not (out / "runs" / run / "done.json").exists(), "the run ended before the kill"
+    return (out / "runs" / run / "metrics.jsonl").read_text().splitlines()[0]
+
+
+def assert_resumed(out: Path, run: str, first_line: str, launcher: str) -> None:
+    """The run was started twice and the second start began at epoch 2: epoch 1's record is
+    the one written before the kill (its measured epoch time included), not a retrained one."""
+    tries = attempts(out, run)
+    assert [t["start_epoch"] for t in tries] == [1, 2], tries
+    assert {t["launcher"] for t in tries} == {launcher}
+    lines = (out / "runs" / run / "metrics.jsonl").read_text().splitlines()
+    assert lines[0] == first_line
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2, 3]
+
+
+# ----------------------------------------------------------------------- one-line mistakes
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--shard", "1-2"], "--shard '1-2': write I/N, e.g. --shard 1/4"),
+    (["--shard", "0/2"], "--shard 0/2: shards count from 1"),
+    (["--shard", "3/2"], "--shard 3/2: there are only 2 shards"),
+    (["--shard", "1/0"], "--shard 1/0: N must be at least 1"),
+    (["--launcher", "slurm"], "--launcher 'slurm': choose one of local, submitit, ray"),
+    (["--address", "x:1"], "--address is an option of --launcher ray, not of --launcher local"),
+    (["--launcher", "ray", "--cpus-per-run", "0"], "--cpus-per-run 0: must be at least 1"),
+    (["--launcher", "ray", "--address", "127.0.0.1:1"],
+     "--address 127.0.0.1:1: no Ray cluster answers there"),
+    (["--launcher", "submitit", "--nproc-per-run", "3"],
+     "batch_size 128 is the global batch; it must divide by processes x grad_accum = 3 x 1"),
+], ids=["syntax", "zero", "too-big", "no-shards", "launcher", "address-local", "cpus",
+        "address-unreachable", "nproc-batch"])
+def test_mistakes_are_one_line(tmp_path, capsys, flags, message):
+    assert main(["ablate", str(write(tmp_path, CFG)), "--out", str(tmp_path / "o"),
+                 *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name,extra", [("ray", "ray"), ("submitit", "slurm")])
+def test_missing_extra_gives_the_install_command(tmp_path, capsys, monkeypatch, name, extra):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda mod, *a: None if mod == name else real(mod, *a))
+    assert main(["ablate", str(write(tmp_path, CFG)), "--launcher", name]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"plugdrop ablate: --launcher {name} needs the {name} package: "
+                   f"pip install 'plugdrop[{extra}]'\n")
+
+
+# --------------------------------------------------------------------------------- shards
+
+
+def test_shard_assignment_is_stable_and_balanced():
+    from plugdrop.ablate.launch.shard import select
+
+    items = list(range(10))
+    shares = [select(items, i, 3) for i in (1, 2, 3)]
+    assert sorted(sum(shares, [])) == items and [len(s) for s in shares] == [4, 3, 3]
+    assert select(items, 2, 3) == [1, 4, 7]
+
+
+def test_two_shards_at_once_merge_into_the_single_process_table(tmp_path, ref, capsys):
+    out = tmp_path / "out"
+    path = write(tmp_path, CFG)
+    procs = [popen("ablate", str(path), "--out", str(out), "--shard", f"{i}/2") for i in (1, 2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    assert rows(out) == rows(ref)
+    assert table(out) == table(ref)
+    # the folder lock: a whole ablation refuses a folder that a shard holds
+    from plugdrop.ablate import runs
+
+    held = runs.Lock(out, shared=True)
+    held.acquire()
+    try:
+        assert main(["ablate", str(path), "--out", str(out), "--resume"]) == 2
+        assert "another plugdrop ablate is writing" in capsys.readouterr().err
+    finally:
+        held.release()
+    # a shard started again without --resume refuses its own finished runs
+    assert main(["ablate", str(path), "--out", str(out), "--shard", "1/2"]) == 2
+    err = capsys.readouterr().err
+    assert "holds runs of shard 1/2 already" in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------ submitit
+
+
+def test_submitit_local_preempted_and_killed_jobs_resume(tmp_path, ref):
+    """Two jobs at once; one preempted (SIGUSR2, submitit's checkpoint-and-requeue), a later
+    one killed (SIGKILL, submitted again by the driver); both resume at epoch 2."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    out = tmp_path / "out"
+    driver = popen("ablate", str(write(tmp_path, CFG)), "--out", str(out), "--launcher",
+                   "submitit", "--slurm-cluster", "local", "--max-parallel", "2")
+    preempted = kill_after_first_epoch(out, "baseline__s0", signal.SIGUSR2, driver)
+    # (a run of the second pair: it starts when a slot frees, so its first epoch is watched)
+    killed = kill_after_first_epoch(out, "dropblock__s0", signal.SIGKILL, driver)
+    printed, err = driver.communicate(timeout=300)
+    assert driver.returncode == 0, err[-3000:]
+    assert "4 runs to train through submitit" in printed
+    assert_resumed(out, "baseline__s0", preempted, "submitit")
+    assert_resumed(out, "dropblock__s0", killed, "submitit")
+    assert "ended before the run did; submitting it again (1/3)" in err
+    assert "runs: queued" in err and "done 4, failed 0" in err  # the progress view
+    assert rows(out) == rows(ref)
+    assert table(out) == table(ref)
+    logs = "".join(p.read_text() for p in (out / ".submitit").rglob("*.out"))
+    assert "resuming at epoch 2" in logs
+
+
+# ----------------------------------------------------------------------------------- ray
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster on this machine's 2 CPUs (jobs import the worktree and tinynet)."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    old = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
+    os.environ.update({k: v for k, v in env().items() if k in old})
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    except Exception as e:  # pragma: no cover - depends on the machine
+        pytest.skip(f"a local Ray cluster cannot start here: {type(e).__name__}: {e}")
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, ray_cluster, capsys):
+    out = tmp_path / "out"
+    path = write(tmp_path, CFG)
+    result: list[int] = []
+    driver = threading.Thread(target=lambda: result.append(main(
+        ["ablate", str(path), "--out", str(out), "--launcher", "ray", "--cpus-per-run", "1"])))
+    driver.start()
+    try:
+        first = kill_after_first_epoch(out, "baseline__s0", signal.SIGKILL)
+    finally:
+        driver.join(timeout=300)
+    assert result == [0], capsys.readouterr().err[-3000:]
+    assert ray_cluster.is_initialized()  # the launcher leaves a cluster it did not start
+    assert_resumed(out, "baseline__s0", first, "ray")
+    assert all(len(attempts(out, f"{v}__s{s}")) == 1 for v, s in
+               [("baseline", 1), ("dropblock", 0), ("dropblock", 1)])
+    assert rows(out) == rows(ref)
+    assert table(out) == table(ref)
+    assert "done 4, failed 0" in capsys.readouterr().err
+
+
+def test_ray_waits_for_a_run_another_process_trains(tmp_path, ray_cluster, capsys):
+    """A run whose lock another process holds (an earlier driver's job, a shard) is not trained
+    twice: its task returns at once, the driver waits for the lock, then submits it again."""
+    from plugdrop.ablate import runs
+
+    out = tmp_path / "out"
+    held = runs.RunLock(runs.RunDir(out, "baseline", 0))
+    result: list[int] = []
+    driver = threading.Thread(target=lambda: result.append(main(
+        ["ablate", str(write(tmp_path, CFG)), "--out", str(out), "--launcher", "ray",
+         "--set", "seeds=[0]", "--set", "epochs=1"])))
+    driver.start()
+    try:
+        while not (out / ".config.pkl").exists():  # prepared; the tasks start after the dry step
+            assert driver.is_alive(), capsys.readouterr().err[-2000:]
+            time.sleep(0.001)
+        assert held.try_acquire(patience=0.0)
+        other = out / "runs" / "dropblock__s0" / "done.json"
+        while not other.exists():
+            assert driver.is_alive(), capsys.readouterr().err[-2000:]
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert driver.is_alive() and not attempts(out, "baseline__s0")  # turned away, waiting
+    finally:
+        held.release()
+        driver.join(timeout=300)
+    assert result == [0], capsys.readouterr().err[-3000:]
+    assert len(attempts(out, "baseline__s0")) == 1
+    assert (out / "runs" / "baseline__s0" / "done.json").exists()
+
+
+def test_worker_entry_point_runs_one_run(tmp_path, ref):
+    """``python -m plugdrop.ablate.worker OUT RUN_ID`` on a folder whose run is gone: trains
+    exactly that run; a finished run is left alone; a wrong id is one line."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(ref, out)
+    shutil.rmtree(out / "runs" / "dropblock__s1")
+    run = [sys.executable, "-m", "plugdrop.ablate.worker", str(out)]
+    proc = subprocess.run(run + ["dropblock__s1"], capture_output=True, text=True, env=env(),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert table(out) == table(ref) and rows(out) == rows(ref)
+    again = subprocess.run(run + ["dropblock__s1"], capture_output=True, text=True, env=env(),
+                           timeout=300)
+    assert again.returncode == 0 and len(attempts(out, "dropblock__s1")) == 1
+    bad = subprocess.run(run + ["nope__s0"], capture_output=True, text=True, env=env(),
+                         timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "no run 'nope__s0' in this ablation" in bad.stderr
+
+
+
+def test_data_parallel_run_through_torchrun_inside_a_submitit_job(tmp_path):
+    """``--nproc-per-run 2``: the job starts torchrun, whose 2 processes train the run with
+    DistributedDataParallel (the global batch kept: 1438 // 128 steps per epoch)."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    out = tmp_path / "out"
+    text = CFG.replace("epochs: 3", "epochs: 1").replace("seeds: [0, 1]", "seeds: [0]").replace(
+        "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
+        "block_size: 3}\n", "")
+    proc = subprocess.run([sys.executable, "-m", "plugdrop", "ablate", str(write(tmp_path, text)),
+                           "--out", str(out), "--launcher", "submitit", "--slurm-cluster",
+                           "local", "--nproc-per-run", "2", "--cpus-per-run", "2"],
+                          capture_output=True, text=True, env=env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(x) for x in (out / "runs" / "baseline__s0" / "metrics.jsonl")
+            .read_text().splitlines()]
+    assert recs[-1]["step"] == 1438 // 128
+    assert [a["launcher"] for a in attempts(out, "baseline__s0")] == ["submitit"]
+    logs = "".join(p.read_text() for p in (out / ".submitit").rglob("*.err"))
+    assert "Traceback" not in logs, logs[-2000:]
