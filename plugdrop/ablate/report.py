@@ -34,6 +34,9 @@ from .errors import ConfigError
 from .runs import atomic_write_bytes
 from .stats import Interval, Paired, mean_ci, paired_difference
 
+#: Accuracies live in [0, 1]: their intervals are cut to it (no "104%").
+ACC = (0.0, 1.0)
+
 __all__ = ["CSV_COLUMNS", "Ablation", "Report", "Run", "VariantSummary", "load_ablation",
            "summarize", "table", "write_report"]
 
@@ -409,10 +412,11 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
             variant=v, is_baseline=is_base, runs=len(runs), finished=len(fin),
             failed=sum(r.status == FAILED for r in runs),
             incomplete=sum(r.status == INCOMPLETE for r in runs),
-            final=mean_ci(list(final.values()), confidence),
-            best=mean_ci(list(_by_seed(fin, "best", "val_acc").values()), confidence),
-            final_ema=mean_ci(list(final_ema.values()), confidence) if has_ema else None,
-            best_ema=(mean_ci(list(_by_seed(fin, "best", "val_acc_ema").values()), confidence)
+            final=mean_ci(list(final.values()), confidence, ACC),
+            best=mean_ci(list(_by_seed(fin, "best", "val_acc").values()), confidence, ACC),
+            final_ema=mean_ci(list(final_ema.values()), confidence, ACC) if has_ema else None,
+            best_ema=(mean_ci(list(_by_seed(fin, "best", "val_acc_ema").values()), confidence,
+                              ACC)
                       if has_ema else None),
             diff=paired_difference(final, base_final, confidence) if compare else None,
             diff_ema=(paired_difference(final_ema, base_final_ema, confidence)
@@ -559,7 +563,7 @@ def _plot_val_acc(ab: Ablation, confidence: float) -> bytes | None:
         if not per_epoch:
             continue
         epochs = sorted(per_epoch)
-        ci = [mean_ci(per_epoch[e], confidence) for e in epochs]
+        ci = [mean_ci(per_epoch[e], confidence, ACC) for e in epochs]
         ax.plot(epochs, [100 * c.mean for c in ci], marker="o", ms=3, color=f"C{i}",
                 label=f"{v}{suffix} (n={len(runs)})")
         band = [(e, c) for e, c in zip(epochs, ci) if c.low is not None and c.high is not None]

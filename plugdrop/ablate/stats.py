@@ -157,7 +157,8 @@ class Paired:
                 "conclusive": self.conclusive, "note": self.note, "verdict": self.verdict}
 
 
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
+def mean_ci(values: Sequence[float], confidence: float = 0.95,
+            bounds: tuple[float, float] | None = None) -> Interval:
     """Mean of ``values`` with a t-distribution confidence interval.
 
     The interval is ``mean ± t_{(1+confidence)/2, n-1} · s / sqrt(n)`` with ``s`` the sample
@@ -166,6 +167,8 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     Args:
         values: one metric per seed.
         confidence: the interval's confidence level (default 0.95).
+        bounds: the metric's range, e.g. ``(0, 1)`` for an accuracy: the interval is cut to
+            it (the mean cannot lie outside, so the cut interval keeps its coverage).
 
     Example::
 
@@ -181,7 +184,10 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     if n == 1:
         return Interval(mean, None, None, 1, confidence, "one seed: no confidence interval")
     h = _t_half_width(x, confidence)
-    return Interval(mean, mean - h, mean + h, n, confidence)
+    low, high = mean - h, mean + h
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return Interval(mean, low, high, n, confidence)
 
 
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float],

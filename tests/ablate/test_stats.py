@@ -128,3 +128,11 @@ def test_zero_spread_without_nan_or_warning() -> None:
 def test_bad_confidence() -> None:
     with pytest.raises(ValueError, match="confidence"):
         mean_ci([1.0, 2.0], confidence=95)
+
+
+def test_interval_is_cut_to_the_metric_range():
+    # 3 seeds near 100%: the t-interval would reach past 1.0; an accuracy cannot.
+    free = mean_ci([0.97, 0.99, 1.0])
+    cut = mean_ci([0.97, 0.99, 1.0], bounds=(0.0, 1.0))
+    assert free.high > 1.0 and cut.high == 1.0
+    assert cut.low == free.low and cut.mean == free.mean
