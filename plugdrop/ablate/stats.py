@@ -46,10 +46,13 @@ def _cell(mean: float, low: float | None, high: float | None, n: int, scale: flo
     if n == 0:
         return "-"
     fmt = f"{sign}.{digits}f"
-    m = format(mean * scale, fmt)
+
+    def num(v: float) -> str:
+        return format(round(v * scale, digits) or 0.0, fmt)  # no "-0.00"
+
     if low is None or high is None:
-        return f"{m} (1 seed, no CI)"
-    return f"{m} [{format(low * scale, fmt)}, {format(high * scale, fmt)}]"
+        return f"{num(mean)} (1 seed, no CI)"
+    return f"{num(mean)} [{num(low)}, {num(high)}]"
 
 
 def _check_confidence(confidence: float) -> None:
