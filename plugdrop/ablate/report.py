@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .runs import atomic_write_bytes
+from .runs import atomic_write_bytes, serialized
 from .stats import Interval, Paired, mean_ci, paired_difference
 
 #: Accuracies live in [0, 1]: their intervals are cut to it (no "104%").
@@ -775,6 +775,14 @@ def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.9
         ConfigError: not an ablation folder (see :func:`load_ablation`), or a file cannot be
             written.
     """
+    folder = Path(out)
+    if not (folder / "ablation.json").is_file():  # not an ablation: load_ablation says so
+        return _write_report(folder, plots, confidence)
+    with serialized(folder / ".report.lock"):  # one rebuild at a time: the newest wins
+        return _write_report(folder, plots, confidence)
+
+
+def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
     ab = load_ablation(out)
     summary = summarize(ab, confidence)
     outputs: list[tuple[Path, bytes | None]] = [

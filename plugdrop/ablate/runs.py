@@ -138,6 +138,25 @@ class RunDir:
                                                       "epoch": epoch, "traceback": tb})
 
 
+@contextmanager
+def serialized(path: Path) -> Iterator[None]:
+    """Hold a blocking exclusive ``flock`` on ``path`` for the block: the processes that rebuild
+    one folder's report (shards, launcher jobs, ``plugdrop report``) then read and write it one
+    after the other, so a late writer never puts an older table over a newer one. A folder
+    that cannot hold the lock file (read-only) is read without it."""
+    try:
+        f = open(path, "a+")
+    except OSError:
+        f = None
+    try:
+        if f is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
+    finally:
+        if f is not None:
+            f.close()  # releases the lock
+
+
 class Lock:
     """An ``fcntl.flock`` on ``OUT/.lock`` for the life of an ablation: exclusive for a whole
     ablation, shared for one ``--shard`` of it (shards run side by side; a whole ablation and a
