@@ -17,25 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import env, popen, write
+from _runner_helpers import SMALL, env, popen, write
 
 from plugdrop.cli import main
 
 # 2 variants x 2 seeds, 3 epochs at 8 px: a kill after epoch 1 leaves two epochs to resume.
-CFG = """\
-model: tinynet:make
-data: digits
-image_size: 8
-epochs: 3
-batch_size: 128
-seeds: [0, 1]
-device: cpu
-gradcam: false
-variants:
-  baseline: []
-  dropblock:
-    - {layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}
-"""
+CFG = SMALL.replace("epochs: 2", "epochs: 3").replace("seeds: [0]", "seeds: [0, 1]")
 
 TIMING = {"epoch_time", "images_per_s"}
 
