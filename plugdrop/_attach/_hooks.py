@@ -44,10 +44,6 @@ class _Hook:
         """Calls so far (reads the compiled count: one host read, outside the forward)."""
         return self.calls + int(self.traced_calls)
 
-    @property
-    def observer(self) -> bool:
-        return isinstance(self.target, Observer)
-
     def _context(self, module: nn.Module) -> str:
         return (f"{type(self.target).__name__} on layer {self.name!r} "
                 f"({type(module).__name__}, where={self.where!r})")

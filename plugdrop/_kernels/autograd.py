@@ -124,10 +124,6 @@ class _SelfAdjoint:
 USE_CEXT = True
 
 
-def fused_available() -> bool:
-    return USE_CEXT and cext.library() is not None
-
-
 def fused_applies(x: torch.Tensor) -> bool:
     """Whether the fused kernel will run on ``x``."""
     return USE_CEXT and cext.applies(x)

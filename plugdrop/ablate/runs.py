@@ -244,22 +244,8 @@ def claiming(out: Path) -> Iterator[None]:
     """A short, blocking exclusive lock on ``OUT/.claim`` around checking and writing
     ``ablation.json``, so that shards starting together see each other's folder."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".claim", "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
-@contextmanager
-def locked(out: Path) -> Iterator[Lock]:
-    lock = Lock(out)
-    lock.acquire()
-    try:
-        yield lock
-    finally:
-        lock.release()
+    with serialized(out / ".claim"):
+        yield
 
 
 def check_out(out: Path) -> None:

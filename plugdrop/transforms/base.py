@@ -23,7 +23,7 @@ import torch
 
 from .._device import PerDevice
 from ..errors import SettingError
-from ..schedules import Constant, LayerValue, Schedule, ScheduleLike, as_schedule
+from ..schedules import LayerValue, Schedule, ScheduleLike, as_schedule
 
 __all__ = ["Transform", "ForwardTransform", "GradientTransform", "CoordinatedTransform"]
 
@@ -94,10 +94,6 @@ class _Setting:
         if torch.compiler.is_compiling():
             return current.get(device)
         return current.value
-
-    @property
-    def scheduled(self) -> bool:
-        return not isinstance(self.schedule, Constant) or self.depth is not None
 
 
 class Transform:
