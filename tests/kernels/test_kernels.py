@@ -227,3 +227,50 @@ def test_tensor_p_runs_the_kernel_as_a_custom_op_differentiable_twice():
     torch.manual_seed(4)
     b = drop_block(x.detach(), 0.2, 3)
     assert torch.equal(a == 0, b == 0)
+
+
+def _kernel_cases():
+    """Shapes that exercise the kernel's bit-array bookkeeping: map sizes not a multiple of 8
+    (or odd: groups of 64 maps), maps larger than a group, blocks as large as the map,
+    non-square blocks, 1D and 3D, a single map."""
+    import random
+    rng = random.Random(0)
+    cases = [((2, 64, 112, 113), (3, 3)), ((3, 5, 300, 7), (7, 5)), ((1, 1, 9, 9), (9, 9)),
+             ((4, 130, 7, 7), (7, 7)), ((2, 70, 7, 7), (3, 3)), ((3, 11, 201), (5,)),
+             ((2, 9, 5, 6, 7), (2, 3, 4)), ((5, 33, 1, 1), (1, 1))]
+    for _ in range(24):
+        nd = rng.choice([1, 2, 2, 3])
+        sizes = tuple(rng.randint(1, {1: 90, 2: 40, 3: 9}[nd]) for _ in range(nd))
+        cases.append(((rng.randint(1, 5), rng.randint(1, 40), *sizes),
+                      tuple(rng.randint(1, s) for s in sizes)))
+    return cases
+
+
+@needs_cext
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernel_equals_its_reference_on_awkward_shapes(threads):
+    # Bit for bit: the kernel against the generator's torch-op definition (hashed_seeds,
+    # grid_seeds) and the torch-op block zeroing, channels-first and channels-last, shared
+    # and not, float32 and float64, on one thread and two (the work split in groups of maps).
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for i, (shape, blocks) in enumerate(_kernel_cases()):
+            sizes = shape[2:]
+            valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
+            for shared in (False, True):
+                dtype = torch.float64 if i % 3 == 0 else torch.float32
+                x = torch.randn(shape, dtype=dtype)
+                if len(sizes) == 2 and i % 2:
+                    x = x.to(memory_format=torch.channels_last)
+                scale = (torch.rand(sizes) + 0.5).to(dtype)
+                gamma = (0.02, 0.15, 0.6)[i % 3]
+                thresh, key = cext.thresholds(gamma), (1000 + i, 77 * i + 5)
+                channels = 1 if shared else shape[1]
+                y = cext.blockdrop(x, scale, key, thresh, blocks, shared=shared)
+                seeds = cext.grid_seeds(cext.hashed_seeds(key, thresh, shape[0] * channels
+                                                          * math.prod(sizes)), sizes, valid)
+                ref = KA.sparse_block_drop(x, scale, seeds, channels, valid, blocks)
+                assert torch.equal(y, ref), (shape, blocks, shared, x.is_contiguous())
+    finally:
+        torch.set_num_threads(before)

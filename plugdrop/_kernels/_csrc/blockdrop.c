@@ -1,14 +1,17 @@
 /* plugdrop: fused sparse DropBlock for CPU tensors.
  *
  * out = x * scale (scale broadcast over batch and channels), with the block of every seed
- * zeroed while its map is still in cache: one pass over memory. The seeds are drawn inside the
- * kernel from a counter-based generator (below), keyed by two 32-bit words that plugdrop draws
- * from torch's generator, so torch.manual_seed reproduces every mask, activation checkpointing
- * replays it, and the backward regenerates it from the key alone.
+ * zeroed, in one pass over memory. The seeds are drawn inside the kernel from a counter-based
+ * generator (below), keyed by two 32-bit words that plugdrop draws from torch's generator, so
+ * torch.manual_seed reproduces every mask, activation checkpointing replays it, and the
+ * backward regenerates it from the key alone.
  *
- * The generator draws independent Bernoulli(gamma) seeds over the flattened seed grid
- * (B, C, Dv, Hv, Wv), or (B, 1, Dv, Hv, Wv) with shared != 0, in groups of 8 positions
- * (8g .. 8g + 7) with two counter-based hashes of 64-bit counters,
+ * The generator draws independent Bernoulli(gamma) draws over every position of the flattened
+ * grid of the maps (B, C, D, H, W), or (B, 1, D, H, W) with shared != 0; a position is a seed
+ * if its draw succeeds and its block fits in the map (d < D - bd + 1, h < H - bh + 1,
+ * w < W - bw + 1): so the seeds of a map sit on its own positions, as bits, and grow into
+ * their blocks by shifted ORs of a bit array instead of a loop over seeds. Draws come in
+ * groups of 8 positions (8g .. 8g + 7) with two counter-based hashes of 64-bit counters,
  *     A(n) = mix(mix(lo(n) ^ k0) ^ hi(n) ^ k1),   B(n) = mix(mix(lo(n) ^ k1) ^ hi(n) ^ k0),
  * where mix is Wellons' "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d;
  * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16):
@@ -17,8 +20,9 @@
  *     * 2**32) (certainly j = 7 if none before), and each later position j is a seed iff
  *     B(8g + j) < round(gamma * 2**32).
  * That is exactly the law of 8 independent Bernoulli(gamma) draws (to 2**-32), at one hash per
- * 8 positions plus 8 per group that holds a seed. plugdrop/_kernels/cext.py has the same
- * definition in torch ops (the reference).
+ * 8 positions plus 8 per group that holds a seed; groups without a position whose block fits
+ * are not drawn at all. plugdrop/_kernels/cext.py has the same definition in torch ops (the
+ * reference: hashed_seeds, then grid_seeds).
  *
  * Layout of one sample (the batch stride may differ between x and out):
  *   channels_last == 0:  [C][D][H][W]   (maps contiguous)
@@ -32,6 +36,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #define CHUNK 256
 /* elements per group of maps processed together (channels-first) */
@@ -52,15 +59,53 @@ static inline v8u mix8(v8u x) {
     return x;
 }
 
+/* Bit j set iff a[j] < b[j] (unsigned), j < 8 */
+static inline uint32_t lanes_lt(v8u a, v8u b) {
+#ifdef __AVX2__
+    const __m256i bias = _mm256_set1_epi32((int)0x80000000U);
+    const __m256i lt = _mm256_cmpgt_epi32(_mm256_xor_si256((__m256i)b, bias),
+                                          _mm256_xor_si256((__m256i)a, bias));
+    return (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(lt));
+#else
+    const v8u t = (v8u)(a < b) & bit8;
+    uint32_t m = 0;
+    for (int j = 0; j < 8; ++j) m |= t[j];
+    return m;
+#endif
+}
+
+/* compact[m]: the positions of the set bits of the byte m, as bytes, lowest first */
+static uint64_t compact[256];
+__attribute__((constructor)) static void init_compact(void) {
+    for (int m = 0; m < 256; ++m) {
+        uint64_t w = 0;
+        int n = 0;
+        for (int j = 0; j < 8; ++j)
+            if (m >> j & 1) w |= (uint64_t)j << (8 * n++);
+        compact[m] = w;
+    }
+}
+
 typedef struct {
     uint32_t k0, k1;
     uint32_t any;       /* a group of 8 positions holds a seed iff A(group) < any */
     v8u first8;         /* given that, position j is its first seed iff B(8 group + j) < first[j] */
     uint32_t each;      /* after the first seed, position j is a seed iff B(8 group + j) < each */
+    v8u each8;          /* each in every lane */
 } rng_t;
 
 static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
     return mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
+}
+
+/* The seeds of the group of 8 positions n0 .. n0 + 7 (n0 a multiple of 8) that holds at
+ * least one, as a bit mask (bit j: position n0 + j): 8 hashes in one vector. */
+static inline uint32_t group_seeds(const rng_t *g, uint64_t n0) {
+    const uint32_t l0 = (uint32_t)n0, h0 = (uint32_t)(n0 >> 32) ^ g->k0;
+    const v8u b = mix8(mix8((l0 + iota8) ^ g->k1) ^ h0);
+    const uint32_t firsts = lanes_lt(b, g->first8) | 0x80, each = lanes_lt(b, g->each8);
+    const int f = __builtin_ctz(firsts);
+    return (1u << f) | (each & ~((2u << f) - 1u));
 }
 
 /* Seeds among positions first .. first + count - 1 of the seed grid, as offsets from first,
@@ -88,18 +133,8 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
             while (w) {
                 const int64_t grp = c0 + i + (__builtin_ctzll(w) >> 3);
                 w &= w - 1;
-                /* the group's 8 hashes in one vector; its seeds as a bit mask */
                 const uint64_t n0 = (uint64_t)grp * 8;
-                const uint32_t l0 = (uint32_t)n0, h0 = (uint32_t)(n0 >> 32) ^ k0;
-                const v8u b = mix8(mix8((l0 + iota8) ^ k1) ^ h0);
-                const v8u lt_first = (v8u)(b < g->first8) & bit8, lt_each = (v8u)(b < g->each) & bit8;
-                uint32_t firsts = 0x80, each = 0;
-                for (int j = 0; j < 8; ++j) {
-                    firsts |= lt_first[j];
-                    each |= lt_each[j];
-                }
-                const int f = __builtin_ctz(firsts);
-                uint32_t seeds = (1u << f) | (each & ~((2u << f) - 1u));
+                uint32_t seeds = group_seeds(g, n0);
                 while (seeds) {
                     const int64_t n = (int64_t)n0 + __builtin_ctz(seeds);
                     seeds &= seeds - 1;
@@ -111,6 +146,202 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
     return nh;
 }
 
+/* The seeds of groups g0 .. g0 + ng - 1 as one byte per group (bit j: position 8g + j) into
+ * out, without a branch per seed: one vector of 8 hashes decides for 8 groups whether each
+ * holds a seed, the groups that do are listed by a table (branch-free), then hashed. With
+ * live given (bit k: group g0 + k), a group whose live bit is 0 is not drawn (its byte is 0):
+ * the caller ignores those positions anyway. */
+static void draw_bytes(const rng_t *g, int64_t g0, int64_t ng, const uint8_t *live,
+                       uint8_t *out) {
+    uint8_t idx[CHUNK + 8];
+    const uint32_t k0 = g->k0, k1 = g->k1;
+    const v8u any = (v8u){0} + g->any;
+    for (int64_t c0 = 0; c0 < ng; c0 += CHUNK) {
+        const int64_t len = ng - c0 < CHUNK ? ng - c0 : CHUNK;
+        const int64_t gc = g0 + c0;
+        const uint32_t lo = (uint32_t)gc, hk = (uint32_t)((uint64_t)gc >> 32) ^ k1;
+        const int wraps = (uint64_t)lo + (uint64_t)len + 8 > ((uint64_t)1 << 32);
+        uint32_t n = 0;
+        for (int64_t i = 0; i < len; i += 8) {
+            uint32_t m;
+            if (!wraps) {
+                m = lanes_lt(mix8(mix8((lo + (uint32_t)i + iota8) ^ k0) ^ hk), any);
+            } else { /* the chunk straddles a multiple of 2**32 */
+                m = 0;
+                for (int j = 0; j < 8; ++j)
+                    m |= (uint32_t)(hash_a((uint64_t)(gc + i + j), k0, k1) < g->any) << j;
+            }
+            if (len - i < 8) m &= (1u << (len - i)) - 1u;
+            if (live) m &= live[(c0 + i) >> 3];
+            const uint64_t w = compact[m] + (uint64_t)i * 0x0101010101010101ULL;
+            memcpy(idx + n, &w, 8);
+            n += (uint32_t)__builtin_popcount(m);
+        }
+        memset(out + c0, 0, (size_t)len);
+        for (uint32_t k = 0; k < n; ++k)
+            out[c0 + idx[k]] = (uint8_t)group_seeds(g, (uint64_t)(gc + idx[k]) * 8);
+    }
+}
+
+/* draw_bytes for the listed groups only: groups g0 + idx[k] (idx ascending, k < nl, each below
+ * ng) get their byte of seeds in out[idx[k]]; out[0 .. ng - 1] is cleared first. Where few
+ * groups can hold a valid position (large blocks on small maps), this skips the others'
+ * hashes. */
+static void draw_listed(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx, int64_t nl,
+                        uint8_t *out) {
+    uint32_t hit[CHUNK + 8];
+    const uint32_t k0 = g->k0, k1 = g->k1;
+    const v8u any = (v8u){0} + g->any;
+    memset(out, 0, (size_t)ng);
+    while (nl > 0 && idx[nl - 1] >= ng) --nl;
+    const uint32_t lo = (uint32_t)g0, hk = (uint32_t)((uint64_t)g0 >> 32) ^ k1;
+    const int wraps = (uint64_t)lo + (uint64_t)ng + 8 > ((uint64_t)1 << 32);
+    for (int64_t c0 = 0; c0 < nl; c0 += CHUNK) {
+        const int64_t len = nl - c0 < CHUNK ? nl - c0 : CHUNK;
+        uint32_t n = 0;
+        for (int64_t i = 0; i < len; i += 8) {
+            uint32_t m;
+            v8u iv;
+            memcpy(&iv, idx + c0 + i, 32); /* idx is padded by 8 entries */
+            if (!wraps) {
+                m = lanes_lt(mix8(mix8((lo + iv) ^ k0) ^ hk), any);
+            } else {
+                m = 0;
+                for (int j = 0; j < 8; ++j)
+                    m |= (uint32_t)(hash_a((uint64_t)g0 + iv[j], k0, k1) < g->any) << j;
+            }
+            if (len - i < 8) m &= (1u << (len - i)) - 1u;
+            uint64_t w = compact[m];
+            for (int j = 0; j < 8; ++j) hit[n + j] = (uint32_t)(c0 + i) + (uint32_t)(w >> (8 * j) & 0xff);
+            n += (uint32_t)__builtin_popcount(m);
+        }
+        for (uint32_t k = 0; k < n; ++k) {
+            const uint32_t grp = idx[hit[k]];
+            out[grp] = (uint8_t)group_seeds(g, ((uint64_t)g0 + grp) * 8);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------ bit arrays
+ * Bit i of an array of uint64_t words is bit (i & 63) of word i >> 6 (and, on the
+ * little-endian machines this file is built for, bit i & 7 of byte i >> 3). */
+
+static void set_run(uint64_t *a, int64_t pos, int64_t len) { /* bits pos .. pos + len - 1 */
+    while (len > 0) {
+        const int r = (int)(pos & 63);
+        const int64_t n = 64 - r < len ? 64 - r : len;
+        a[pos >> 6] |= (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << r;
+        pos += n;
+        len -= n;
+    }
+}
+
+/* dst = src | src << s over words 0 .. nw - 1 (bits move to higher positions) */
+static void or_shift(uint64_t *restrict dst, const uint64_t *restrict src, int64_t nw,
+                     int64_t s) {
+    const int64_t q = s >> 6 < nw ? s >> 6 : nw;
+    const int r = (int)(s & 63);
+    for (int64_t j = 0; j < q; ++j) dst[j] = src[j];
+    if (q == nw) return;
+    if (r == 0) {
+        for (int64_t j = q; j < nw; ++j) dst[j] = src[j] | src[j - q];
+    } else {
+        dst[q] = src[q] | src[0] << r;
+        for (int64_t j = q + 1; j < nw; ++j)
+            dst[j] = src[j] | src[j - q] << r | src[j - q - 1] >> (64 - r);
+    }
+}
+
+/* Grow every set bit i of a into i, i + stride, ..., i + (width - 1) * stride: log2(width)
+ * shifted ORs over the whole array, through tmp (both nw words); returns the array holding
+ * the result (a or tmp). */
+static uint64_t *dilate(uint64_t *a, uint64_t *tmp, int64_t nw, int64_t width, int64_t stride) {
+    for (int64_t cur = 1; cur < width;) {
+        const int64_t s = cur < width - cur ? cur : width - cur;
+        or_shift(tmp, a, nw, s * stride);
+        uint64_t *t = a;
+        a = tmp;
+        tmp = t;
+        cur += s;
+    }
+    return a;
+}
+
+/* dst |= bits 0 .. len - 1 of src, placed at bit pos of dst */
+static void or_bits_at(uint64_t *dst, int64_t pos, const uint64_t *src, int64_t len) {
+    const int r = (int)(pos & 63);
+    uint64_t *d = dst + (pos >> 6);
+    for (int64_t j = 0; j * 64 < len; ++j) {
+        uint64_t v = src[j];
+        if (len - j * 64 < 64) v &= ((uint64_t)1 << (len - j * 64)) - 1;
+        d[j] |= v << r;
+        d[j + 1] |= (v >> 1) >> (63 - r);
+    }
+}
+
+static inline uint32_t bits8(const uint64_t *a, int64_t pos) { /* bits pos .. pos + 7 */
+    uint16_t t;
+    memcpy(&t, (const uint8_t *)a + (pos >> 3), 2);
+    return (uint32_t)(t >> (pos & 7)) & 0xffU;
+}
+
+/* The valid seed positions of maps 0 .. maps - 1 (S positions each) as bits: those whose block
+ * fits in the map. */
+static void valid_bits(uint64_t *a, int64_t nw, int64_t maps, int64_t S, int64_t H, int64_t W,
+                       int64_t Dv, int64_t Hv, int64_t Wv) {
+    memset(a, 0, (size_t)nw * 8);
+    for (int64_t m = 0; m < maps; ++m)
+        for (int64_t d = 0; d < Dv; ++d)
+            for (int64_t h = 0; h < Hv; ++h) set_run(a, m * S + (d * H + h) * W, Wv);
+}
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef double v4d __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+typedef uint64_t v4q __attribute__((vector_size(32)));
+static const v4q bit4lo = {1, 2, 4, 8}, bit4hi = {16, 32, 64, 128};
+
+/* om[i] = xm[i] * scale[i], or 0 where bit off + i of mask is set; i < S */
+static void apply_f32(const float *restrict xm, float *restrict om, const float *restrict scale,
+                      const uint64_t *mask, int64_t off, int64_t S) {
+    int64_t i = 0;
+    for (; i + 8 <= S; i += 8) {
+        const v8u dropped = ((v8u){0} + bits8(mask, off + i)) & bit8;
+        v8f xv, sv;
+        memcpy(&xv, xm + i, 32);
+        memcpy(&sv, scale + i, 32);
+        const v8i r = (v8i)(xv * sv) & (v8i)(dropped == 0);
+        memcpy(om + i, &r, 32);
+    }
+    for (; i < S; ++i) {
+        const int64_t p = off + i;
+        om[i] = (mask[p >> 6] >> (p & 63)) & 1 ? 0.0f : xm[i] * scale[i];
+    }
+}
+
+static void apply_f64(const double *restrict xm, double *restrict om,
+                      const double *restrict scale, const uint64_t *mask, int64_t off,
+                      int64_t S) {
+    int64_t i = 0;
+    for (; i + 8 <= S; i += 8) {
+        const v4q bits = (v4q){0} + (uint64_t)bits8(mask, off + i);
+        v4d x0, x1, s0, s1;
+        memcpy(&x0, xm + i, 32);
+        memcpy(&x1, xm + i + 4, 32);
+        memcpy(&s0, scale + i, 32);
+        memcpy(&s1, scale + i + 4, 32);
+        const v4l r0 = (v4l)(x0 * s0) & (v4l)((bits & bit4lo) == 0);
+        const v4l r1 = (v4l)(x1 * s1) & (v4l)((bits & bit4hi) == 0);
+        memcpy(om + i, &r0, 32);
+        memcpy(om + i + 4, &r1, 32);
+    }
+    for (; i < S; ++i) {
+        const int64_t p = off + i;
+        om[i] = (mask[p >> 6] >> (p & 63)) & 1 ? 0.0 : xm[i] * scale[i];
+    }
+}
+
 typedef struct {
     const void *x;
     void *out;
@@ -120,109 +351,172 @@ typedef struct {
     int64_t C, D, H, W, bd, bh, bw;
     int channels_last;
     int shared;
+    int64_t align; /* channels-first: maps per group are a multiple of this (see below) */
     int64_t u0, u1; /* work units: maps (b, c) if channels-first, samples if channels-last */
     int failed;
 } job_t;
 
+/* Maps whose seed positions start on a multiple of 64 bits: a group of maps starting at a
+ * multiple of this many maps draws whole bytes and reuses one pattern of valid positions. */
+static int64_t map_align(int64_t S) {
+    int64_t a = 64, s = S;
+    while (a > 1 && (s & 1) == 0) {
+        a >>= 1;
+        s >>= 1;
+    }
+    return a;
+}
+
+/* Below this map size, runs of consecutive maps are written in one go (a copy of the scale
+ * map per map of a group) instead of map by map. */
+#define SMALL_MAP 256
+
+/* Channels-first maps u0 .. u1 - 1 (u0 a multiple of job->align). The seeds of a group of maps
+ * are drawn as bits (positions of the flattened (B, C, D, H, W) grid, or (B, 1, D, H, W) if
+ * shared; those whose block does not fit are cleared), grown into their blocks by shifted ORs
+ * of the whole bit array (a block never leaves its map: its seed fits), and the maps written
+ * in one pass that multiplies by the scale and clears the dropped elements: no work per seed. */
+static void channels_first(job_t *job, int dtype) {
+    const int64_t C = job->C, H = job->H, W = job->W, S = job->D * H * W;
+    const int64_t bd = job->bd, bh = job->bh, bw = job->bw;
+    const int64_t Dv = job->D - bd + 1, Hv = H - bh + 1, Wv = W - bw + 1;
+    const int shared = job->shared;
+    const int64_t a = job->align, es = dtype == 0 ? 4 : 8;
+    int64_t gm = a * ((GROUP / S + a - 1) / a); /* maps per group */
+    if (gm < a) gm = a;
+    const int64_t sw = (S + 63) / 64 + 2;      /* words of one map's mask (shared) */
+    const int64_t nw = (gm * S + 63) / 64 + 2; /* + padding for bits8 and or_bits_at */
+    uint64_t *valid = (uint64_t *)malloc((size_t)nw * 8);
+    uint64_t *mask = (uint64_t *)malloc((size_t)nw * 8);
+    uint64_t *tmp = (uint64_t *)malloc((size_t)nw * 8);
+    uint64_t *smask = (uint64_t *)malloc((size_t)(3 * sw + 1) * 8);
+    uint8_t *live = (uint8_t *)calloc((size_t)nw + 1, 1);
+    uint32_t *listed = (uint32_t *)malloc((size_t)(nw * 8 + 8) * 4);
+    void *srep = S < SMALL_MAP ? malloc((size_t)(gm * S * es)) : NULL;
+    if (!valid || !mask || !tmp || !smask || !live || !listed || (S < SMALL_MAP && !srep)) {
+        free(valid); free(mask); free(tmp); free(smask); free(live); free(srep); free(listed);
+        job->failed = 1;
+        return;
+    }
+    valid_bits(valid, nw, gm, S, H, W, Dv, Hv, Wv);
+    /* live bit k: byte k of valid (group k of 8 positions) holds a valid position */
+    for (int64_t k = 0; k < nw * 8; ++k)
+        live[k >> 3] |= (uint8_t)((((const uint8_t *)valid)[k] != 0) << (k & 7));
+    /* the groups of 8 positions that hold a valid one: drawn from a list if they are few */
+    int64_t nl = 0;
+    for (int64_t k = 0; k < (gm * S + 7) / 8; ++k)
+        if (((const uint8_t *)valid)[k]) listed[nl++] = (uint32_t)k;
+    for (int j = 0; j < 8; ++j) listed[nl + j] = 0;
+    const int use_list = nl * 2 < (gm * S + 7) / 8;
+    if (srep)
+        for (int64_t k = 0; k < gm; ++k)
+            memcpy((char *)srep + k * S * es, job->scale, (size_t)(S * es));
+    int64_t smask_b = -1; /* shared: the sample whose mask is in sres */
+    uint64_t *sres = smask;
+    for (int64_t u = job->u0; u < job->u1;) {
+        const int64_t n = gm < job->u1 - u ? gm : job->u1 - u;
+        const int64_t words = (n * S + 63) / 64;
+        uint64_t *res = mask;
+        if (!shared) {
+            /* u * S is a multiple of 64: whole bytes, and the pattern of valid positions
+             * starts at bit 0 */
+            const int64_t nb = (n * S + 7) / 8;
+            if (use_list)
+                draw_listed(&job->rng, u * S / 8, nb, listed, nl, (uint8_t *)mask);
+            else
+                draw_bytes(&job->rng, u * S / 8, nb, live, (uint8_t *)mask);
+            memset((uint8_t *)mask + nb, 0, (size_t)(nw * 8 - nb));
+            for (int64_t j = 0; j < words; ++j) mask[j] &= valid[j];
+            if ((n * S) & 63) mask[words - 1] &= ((uint64_t)1 << ((n * S) & 63)) - 1;
+            uint64_t *t = res == mask ? tmp : mask;
+            res = dilate(res, t, words, bw, 1);
+            t = res == mask ? tmp : mask;
+            res = dilate(res, t, words, bh, W);
+            t = res == mask ? tmp : mask;
+            res = dilate(res, t, words, bd, H * W);
+            res[words] = res[words + 1] = 0;
+        } else {
+            memset(mask, 0, (size_t)nw * 8);
+            for (int64_t k = 0; k < n; ++k) {
+                const int64_t b = (u + k) / C;
+                if (b != smask_b) { /* one sample's seeds serve its C maps */
+                    const int64_t first = b * S, sh = first & 7, nb = (sh + S + 7) / 8;
+                    const int64_t mw = (S + 63) / 64;
+                    uint64_t *raw = smask + 2 * sw, *m0 = smask, *m1 = smask + sw;
+                    draw_bytes(&job->rng, first >> 3, nb, NULL, (uint8_t *)raw);
+                    memset((uint8_t *)raw + nb, 0, (size_t)((sw + 1) * 8 - nb));
+                    for (int64_t j = 0; j < mw; ++j)
+                        m0[j] = ((raw[j] >> sh) | (sh ? raw[j + 1] << (64 - sh) : 0)) & valid[j];
+                    if (S & 63) m0[mw - 1] &= ((uint64_t)1 << (S & 63)) - 1;
+                    sres = dilate(m0, m1, mw, bw, 1);
+                    sres = dilate(sres, sres == m0 ? m1 : m0, mw, bh, W);
+                    sres = dilate(sres, sres == m0 ? m1 : m0, mw, bd, H * W);
+                    smask_b = b;
+                }
+                or_bits_at(mask, k * S, sres, S);
+            }
+        }
+        /* runs of maps consecutive in memory (one sample), written in one go if small */
+        for (int64_t k = 0; k < n;) {
+            const int64_t m = u + k, b = m / C, c = m - b * C;
+            const int64_t run = S < SMALL_MAP ? (C - c < n - k ? C - c : n - k) : 1;
+            const int64_t len = run * S, off = k * S;
+            const void *sc = srep ? (const char *)srep + off * es : job->scale;
+            if (dtype == 0) {
+                apply_f32((const float *)job->x + b * job->x_bstride + c * S,
+                          (float *)job->out + b * job->out_bstride + c * S,
+                          (const float *)sc, res, off, len);
+            } else {
+                apply_f64((const double *)job->x + b * job->x_bstride + c * S,
+                          (double *)job->out + b * job->out_bstride + c * S,
+                          (const double *)sc, res, off, len);
+            }
+            k += run;
+        }
+        u += n;
+    }
+    free(valid); free(mask); free(tmp); free(smask); free(live); free(srep); free(listed);
+}
+
+/* Channels-last samples u0 .. u1 - 1: x * scale, then the block of each seed zeroed. */
 #define DEFINE_KERNEL(NAME, T)                                                                \
 static void NAME(job_t *job) {                                                                 \
     const int64_t C = job->C, H = job->H, W = job->W;                                          \
     const int64_t bd = job->bd, bh = job->bh, bw = job->bw;                                    \
     const int64_t Dv = job->D - bd + 1, Hv = H - bh + 1, Wv = W - bw + 1;                      \
-    const int64_t S = job->D * H * W, V = Dv * Hv * Wv;                                        \
+    const int64_t S = job->D * H * W;                                                          \
     const int shared = job->shared;                                                            \
     const T *restrict scale = (const T *)job->scale;                                           \
-    const int64_t per = job->channels_last && !shared ? C * V : V;                             \
-    const int64_t group = job->channels_last ? per : (GROUP / S > 1 ? GROUP / S : 1) * V;      \
-    int64_t *hits = (int64_t *)malloc((size_t)(group + per + 1) * sizeof(int64_t));            \
+    const int64_t per = shared ? S : C * S;                                                    \
+    int64_t *hits = (int64_t *)malloc((size_t)(per + 1) * sizeof(int64_t));                    \
     if (!hits) { job->failed = 1; return; }                                                    \
-    int64_t *shared_hits = hits + group, shared_b = -1, shared_n = 0;                          \
-    /* seed-grid index within a map -> offset of its block's corner within the map */         \
-    int64_t *corner = (int64_t *)malloc((size_t)V * sizeof(int64_t));                          \
-    void **maps = (void **)malloc((size_t)(GROUP + 1) * sizeof(void *));                       \
-    if (!corner || !maps) { free(hits); free(corner); free(maps); job->failed = 1; return; }  \
-    for (int64_t r = 0, d = 0; d < Dv; ++d)                                                    \
-        for (int64_t h = 0; h < Hv; ++h)                                                       \
-            for (int64_t w = 0; w < Wv; ++w) corner[r++] = (d * H + h) * W + w;               \
-    for (int64_t u = job->u0; u < job->u1; ++u) {                                              \
-        if (!job->channels_last) {                                                             \
-            /* a group of maps (about GROUP elements, still in cache when their blocks are   \
-             * zeroed); their seed-grid positions are consecutive, drawn in one go */         \
-            int64_t u1 = u + (GROUP / S > 1 ? GROUP / S : 1);                                  \
-            if (u1 > job->u1) u1 = job->u1;                                                    \
-            for (int64_t m = u; m < u1; ++m) {                                                 \
-                const int64_t b = m / C, c = m - b * C;                                        \
-                const T *restrict xm = (const T *)job->x + b * job->x_bstride + c * S;         \
-                T *restrict om = (T *)job->out + b * job->out_bstride + c * S;                 \
-                maps[m - u] = om;                                                              \
-                for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];                      \
-            }                                                                                  \
-            int64_t nh;                                                                        \
-            if (!shared) {                                                                     \
-                nh = draw(&job->rng, u * V, (u1 - u) * V, hits);                               \
-            } else { /* one sample's seeds serve its C maps: drawn once per sample */         \
-                nh = 0;                                                                        \
-                for (int64_t m = u; m < u1; ++m) {                                             \
-                    const int64_t b = m / C;                                                   \
-                    if (b != shared_b) {                                                       \
-                        shared_n = draw(&job->rng, b * V, V, shared_hits);                     \
-                        shared_b = b;                                                          \
+    for (int64_t b = job->u0; b < job->u1; ++b) {                                              \
+        const T *restrict x = (const T *)job->x + b * job->x_bstride;                          \
+        T *restrict out = (T *)job->out + b * job->out_bstride;                                \
+        for (int64_t i = 0; i < S; ++i) {                                                      \
+            const T sc = scale[i];                                                             \
+            const T *restrict xr = x + i * C;                                                  \
+            T *restrict orow = out + i * C;                                                    \
+            for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * sc;                              \
+        }                                                                                      \
+        const int64_t nh = draw(&job->rng, b * per, per, hits);                                \
+        for (int64_t k = 0; k < nh; ++k) {                                                     \
+            const int64_t c = shared ? 0 : hits[k] / S, r = hits[k] - c * S;                   \
+            const int64_t w0 = r % W, h0 = (r / W) % H, d0 = r / (W * H);                      \
+            if (w0 >= Wv || h0 >= Hv || d0 >= Dv) continue; /* its block does not fit */      \
+            const int64_t base = r;                                                            \
+            for (int64_t d = 0; d < bd; ++d)                                                   \
+                for (int64_t h = 0; h < bh; ++h) {                                             \
+                    T *restrict o = out + (base + (d * H + h) * W) * C;                        \
+                    if (shared) {                                                              \
+                        for (int64_t i = 0; i < bw * C; ++i) o[i] = 0;                         \
+                    } else {                                                                   \
+                        for (int64_t w = 0; w < bw; ++w) o[w * C + c] = 0;                     \
                     }                                                                          \
-                    for (int64_t k = 0; k < shared_n; ++k)                                     \
-                        hits[nh++] = (m - u) * V + shared_hits[k];                             \
                 }                                                                              \
-            }                                                                                  \
-            /* the map of a seed by a multiplication (corrected once): no branch to        \
-             * mispredict per seed; rows of the common widths as unrolled stores */            \
-            const double inv_v = 1.0 / (double)V;                                              \
-            for (int64_t k = 0; k < nh; ++k) {                                                 \
-                int64_t q = (int64_t)((double)hits[k] * inv_v);                                \
-                q -= q * V > hits[k];                                                          \
-                q += (q + 1) * V <= hits[k];                                                   \
-                T *restrict om = (T *)maps[q] + corner[hits[k] - q * V];                       \
-                for (int64_t d = 0; d < bd; ++d)                                               \
-                    for (int64_t h = 0; h < bh; ++h) {                                         \
-                        T *restrict o = om + (d * H + h) * W;                                  \
-                        switch (bw) {                                                          \
-                        case 3: o[0] = 0; o[1] = 0; o[2] = 0; break;                           \
-                        case 5: o[0] = 0; o[1] = 0; o[2] = 0; o[3] = 0; o[4] = 0; break;       \
-                        case 7: o[0] = 0; o[1] = 0; o[2] = 0; o[3] = 0; o[4] = 0; o[5] = 0;    \
-                                o[6] = 0; break;                                               \
-                        default: for (int64_t w = 0; w < bw; ++w) o[w] = 0;                    \
-                        }                                                                      \
-                    }                                                                          \
-            }                                                                                  \
-            u = u1 - 1;                                                                        \
-        } else {                                                                               \
-            const int64_t b = u;                                                               \
-            const T *restrict x = (const T *)job->x + b * job->x_bstride;                      \
-            T *restrict out = (T *)job->out + b * job->out_bstride;                            \
-            for (int64_t i = 0; i < S; ++i) {                                                  \
-                const T sc = scale[i];                                                         \
-                const T *restrict xr = x + i * C;                                              \
-                T *restrict orow = out + i * C;                                                \
-                for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * sc;                          \
-            }                                                                                  \
-            const int64_t nh = draw(&job->rng, b * per, per, hits);                            \
-            for (int64_t k = 0; k < nh; ++k) {                                                 \
-                const int64_t c = shared ? 0 : hits[k] / V, r = hits[k] - c * V;               \
-                const int64_t w0 = r % Wv, h0 = (r / Wv) % Hv, d0 = r / (Wv * Hv);             \
-                const int64_t base = (d0 * H + h0) * W + w0;                                   \
-                for (int64_t d = 0; d < bd; ++d)                                               \
-                    for (int64_t h = 0; h < bh; ++h) {                                         \
-                        T *restrict o = out + (base + (d * H + h) * W) * C;                    \
-                        if (shared) {                                                          \
-                            for (int64_t i = 0; i < bw * C; ++i) o[i] = 0;                     \
-                        } else {                                                               \
-                            for (int64_t w = 0; w < bw; ++w) o[w * C + c] = 0;                 \
-                        }                                                                      \
-                    }                                                                          \
-            }                                                                                  \
         }                                                                                      \
     }                                                                                          \
     free(hits);                                                                                \
-    free(corner);                                                                              \
-    free(maps);                                                                                \
 }
 
 DEFINE_KERNEL(kernel_f32, float)
@@ -243,8 +537,11 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     const int64_t units = channels_last ? B : B * C;
     if (units <= 0) return 0;
     const int64_t numel = B * C * D * H * W;
+    /* channels-first groups of maps start at multiples of align maps */
+    const int64_t align = channels_last ? 1 : map_align(D * H * W);
+    const int64_t blocks = (units + align - 1) / align;
     if (threads > numel / GRAIN) threads = (int)(numel / GRAIN);
-    if (threads > units) threads = (int)units;
+    if (threads > blocks) threads = (int)blocks;
     if (threads > 64) threads = 64;
     if (threads < 1) threads = 1;
     job_t proto;
@@ -253,14 +550,16 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     proto.rng.any = (uint32_t)thresholds[0];
     for (int j = 0; j < 8; ++j) proto.rng.first8[j] = (uint32_t)thresholds[1 + j];
     proto.rng.each = (uint32_t)thresholds[9];
+    proto.rng.each8 = (v8u){0} + proto.rng.each;
     proto.x_bstride = x_bstride; proto.out_bstride = out_bstride;
     proto.C = C; proto.D = D; proto.H = H; proto.W = W; proto.bd = bd; proto.bh = bh;
     proto.bw = bw; proto.channels_last = channels_last; proto.shared = shared;
+    proto.align = align;
     proto.failed = 0;
     int failed = 0;
     if (threads == 1) {
         proto.u0 = 0; proto.u1 = units;
-        kernel(&proto);
+        if (channels_last) kernel(&proto); else channels_first(&proto, dtype);
         return proto.failed ? -1 : 0;
     }
 #ifdef _OPENMP
@@ -268,13 +567,14 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     {
         job_t job = proto;
         const int t = omp_get_thread_num(), n = omp_get_num_threads();
-        job.u0 = units * t / n; job.u1 = units * (t + 1) / n;
-        kernel(&job);
+        job.u0 = blocks * t / n * align;
+        job.u1 = t == n - 1 ? units : blocks * (t + 1) / n * align;
+        if (channels_last) kernel(&job); else channels_first(&job, dtype);
         failed = failed || job.failed;
     }
 #else
     proto.u0 = 0; proto.u1 = units;
-    kernel(&proto);
+    if (channels_last) kernel(&proto); else channels_first(&proto, dtype);
     failed = proto.failed;
 #endif
     return failed ? -1 : 0;
