@@ -228,8 +228,23 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
                                               prefix_tokens)
     if _is_zero(p):
         return x
+    if (not isinstance(p, torch.Tensor) and view.numel() >= FUSED_MIN_NUMEL
+            and view.dim() >= 3 and KA.fused_applies(view)
+            and not torch.compiler.is_compiling()):
+        # The DropBlock kernel with the whole map as the block: one seed per map, drawn with
+        # probability p, drops the map; one pass over x (a broadcast multiply by a (B, C, 1, 1)
+        # mask is slow on small maps), 16 bytes and the scale saved for the backward.
+        sizes = tuple(view.shape[2:])
+        scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
+        meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
+        return restore(KA.HashedBlockDrop.apply(view, scale, cext.draw_key(), meta))
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
     return restore(view * _keep_mult(view, shape, p, True))
+
+
+#: From this many elements, Dropout2d runs on the fused kernel (below, the fixed cost of its
+#: key and autograd Function is more than a broadcast multiply costs).
+FUSED_MIN_NUMEL = 65536
 
 
 def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,

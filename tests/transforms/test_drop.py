@@ -39,9 +39,20 @@ def test_probability_one_is_refused_with_the_reason():
         pd.Dropout(1.0)
 
 
-def test_dropout2d_drops_whole_channels():
-    x = torch.rand(400, 16, 5, 5) + 0.5
+@pytest.mark.parametrize("batch,fmt", [(150, None), (400, None),
+                                       (400, torch.channels_last)])
+def test_dropout2d_drops_whole_channels(batch, fmt):
+    # 150 x 16 x 5 x 5 draws a (B, C, 1, 1) multiplier; from 65536 elements the fused kernel
+    # draws one seed per map (both contiguous and channels-last).
+    x = torch.rand(batch, 16, 5, 5) + 0.5
+    if fmt is not None:
+        x = x.to(memory_format=fmt)
+    x.requires_grad_()
     y = pd.functional.dropout2d(x, 0.25)
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.allclose(g, y.detach() / x.detach()) and set(g.unique().tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
+    x = x.detach()
+    y = y.detach()
     dropped = (y == 0).flatten(2)
     assert torch.equal(dropped.all(-1), dropped.any(-1))  # all or nothing per channel
     frac = dropped.all(-1).float().mean(1)
