@@ -52,7 +52,7 @@ static inline uint32_t mix(uint32_t x) {
 /* 8 lanes of 32 bits (GCC and clang vector extensions): one AVX2 register */
 typedef uint32_t v8u __attribute__((vector_size(32)));
 static const v8u iota8 = {0, 1, 2, 3, 4, 5, 6, 7};
-static const v8u bit8 = {1, 2, 4, 8, 16, 32, 64, 128};
+static const v8u bit8 __attribute__((unused)) = {1, 2, 4, 8, 16, 32, 64, 128};
 
 static inline v8u mix8(v8u x) {
     x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
@@ -74,10 +74,15 @@ static inline uint32_t lanes_lt(v8u a, v8u b) {
 #endif
 }
 
-/* compact[m]: the positions of the set bits of the byte m, as bytes, lowest first */
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* compact[m]: the positions of the set bits of the byte m, as bytes, lowest first;
+ * keep8[m]: lane j all ones iff bit j of m is clear (the element is kept) */
 static uint64_t compact[256];
-__attribute__((constructor)) static void init_compact(void) {
+static v8i keep8[256];
+__attribute__((constructor)) static void init_tables(void) {
     for (int m = 0; m < 256; ++m) {
+        for (int j = 0; j < 8; ++j) keep8[m][j] = (m >> j & 1) ? 0 : -1;
         uint64_t w = 0;
         int n = 0;
         for (int j = 0; j < 8; ++j)
@@ -296,7 +301,6 @@ static void valid_bits(uint64_t *a, int64_t nw, int64_t maps, int64_t S, int64_t
 }
 
 typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
 typedef double v4d __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 typedef uint64_t v4q __attribute__((vector_size(32)));
@@ -306,12 +310,21 @@ static const v4q bit4lo = {1, 2, 4, 8}, bit4hi = {16, 32, 64, 128};
 static void apply_f32(const float *restrict xm, float *restrict om, const float *restrict scale,
                       const uint64_t *mask, int64_t off, int64_t S) {
     int64_t i = 0;
+    if ((off & 7) == 0) { /* whole bytes of the mask: a table lookup per 8 elements */
+        const uint8_t *mb = (const uint8_t *)mask + (off >> 3);
+        for (; i + 8 <= S; i += 8) {
+            v8f xv, sv;
+            memcpy(&xv, xm + i, 32);
+            memcpy(&sv, scale + i, 32);
+            const v8i r = (v8i)(xv * sv) & keep8[mb[i >> 3]];
+            memcpy(om + i, &r, 32);
+        }
+    }
     for (; i + 8 <= S; i += 8) {
-        const v8u dropped = ((v8u){0} + bits8(mask, off + i)) & bit8;
         v8f xv, sv;
         memcpy(&xv, xm + i, 32);
         memcpy(&sv, scale + i, 32);
-        const v8i r = (v8i)(xv * sv) & (v8i)(dropped == 0);
+        const v8i r = (v8i)(xv * sv) & keep8[bits8(mask, off + i)];
         memcpy(om + i, &r, 32);
     }
     for (; i < S; ++i) {
