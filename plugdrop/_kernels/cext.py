@@ -150,7 +150,8 @@ def _sample_layout(t: torch.Tensor) -> int | None:
 def applies(x: torch.Tensor) -> bool:
     """Whether :func:`blockdrop` can run on ``x`` (dtype, device, rank and memory layout)."""
     return (x.dtype in _DTYPES and x.device.type == "cpu" and 3 <= x.dim() <= 5
-            and _sample_layout(x) is not None and library() is not None)
+            and (x.is_contiguous() or _sample_layout(x) is not None)
+            and (_lib if _tried else library()) is not None)
 
 
 def draw_key() -> torch.Tensor:
@@ -170,6 +171,11 @@ def thresholds(gamma: float) -> tuple[int, ...]:
     log_q = math.log1p(-gamma) if gamma < 1.0 else -math.inf
     first = [gamma / -math.expm1((8 - j) * log_q) if gamma > 0.0 else 0.0 for j in range(8)]
     return (_u32(-math.expm1(8 * log_q)), *map(_u32, first), _u32(gamma))
+
+
+@functools.lru_cache(maxsize=256)
+def _thresholds_array(thresh: tuple[int, ...]) -> ctypes.Array:
+    return (ctypes.c_int64 * 10)(*thresh)
 
 
 _M32 = 0xFFFFFFFF
@@ -229,6 +235,10 @@ def grid_seeds(seeds: torch.Tensor, sizes: tuple[int, ...],
     return (m * step + index)[keep]
 
 
+#: leading sizes of 1 that make the spatial sizes of a tensor of each rank three
+_PAD = {3: (1, 1), 4: (1,), 5: ()}
+
+
 def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
               thresh: tuple[int, ...],
               blocks: tuple[int, ...], shared: bool = False) -> torch.Tensor | None:
@@ -237,35 +247,40 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
     ``shared``, seeds are drawn on a ``(B, 1, *valid)`` grid and drop their block in every
     channel."""
     dtype = _DTYPES.get(x.dtype)
-    if dtype is None or x.device.type != "cpu" or x.dim() < 3 or x.dim() > 5:
+    n = x.dim()
+    if dtype is None or x.device.type != "cpu" or n < 3 or n > 5:
         return None
-    layout = _sample_layout(x)
-    if layout is None:
-        return None
-    lib = library()
+    lib = _lib if _tried else library()
     if lib is None:
         return None
-    shape = tuple(x.shape)
-    if layout == 0:
+    shape = x.shape
+    if x.is_contiguous():  # the common case, without walking the strides
+        layout = 0
         out = torch.empty(shape, dtype=x.dtype)
-    else:  # channels innermost: strides (S*C, 1, ..., C)
-        strides = [0] * len(shape)
-        strides[1] = 1
-        acc = shape[1]
-        for d in range(len(shape) - 1, 1, -1):
-            strides[d] = acc
-            acc *= shape[d]
-        strides[0] = acc
-        out = torch.empty_strided(shape, strides, dtype=x.dtype)
-    sizes = (1,) * (5 - x.dim()) + tuple(x.shape[2:])
-    bsz = (1,) * (5 - x.dim()) + tuple(blocks)
-    if scale.dtype != x.dtype or scale.shape != x.shape[2:] or not scale.is_contiguous():
-        scale = scale.to(x.dtype).expand(x.shape[2:]).contiguous()
+    else:
+        layout = _sample_layout(x)
+        if layout is None:
+            return None
+        if layout == 0:
+            out = torch.empty(shape, dtype=x.dtype)
+        else:  # channels innermost: strides (S*C, 1, ..., C)
+            strides = [0] * n
+            strides[1] = 1
+            acc = shape[1]
+            for d in range(n - 1, 1, -1):
+                strides[d] = acc
+                acc *= shape[d]
+            strides[0] = acc
+            out = torch.empty_strided(shape, strides, dtype=x.dtype)
+    spatial = shape[2:]
+    if scale.dtype != x.dtype or scale.shape != spatial or not scale.is_contiguous():
+        scale = scale.to(x.dtype).expand(spatial).contiguous()
+    pad = _PAD[n]
     status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
                                     out.data_ptr(), scale.data_ptr(), key[0], key[1],
-                                    (ctypes.c_int64 * 10)(*thresh),
-                                    x.shape[0], x.stride(0), out.stride(0),
-                                    x.shape[1], *sizes, *bsz, layout, int(shared))
+                                    _thresholds_array(thresh), shape[0], x.stride(0),
+                                    out.stride(0), shape[1], *pad, *spatial, *pad, *blocks,
+                                    layout, int(shared))
     return out if status == 0 else None
 
 

@@ -397,6 +397,7 @@ static void channels_first(job_t *job, int dtype) {
     const int64_t a = job->align, es = dtype == 0 ? 4 : 8;
     int64_t gm = a * ((GROUP / S + a - 1) / a); /* maps per group */
     if (gm < a) gm = a;
+    if (gm > job->u1 - job->u0) gm = a * ((job->u1 - job->u0 + a - 1) / a); /* few maps */
     const int64_t sw = (S + 63) / 64 + 2;      /* words of one map's mask (shared) */
     const int64_t nw = (gm * S + 63) / 64 + 2; /* + padding for bits8 and or_bits_at */
     uint64_t *valid = (uint64_t *)malloc((size_t)nw * 8);
