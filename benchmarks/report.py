@@ -1,6 +1,9 @@
-"""Print the ratio table of a pytest-benchmark JSON file and write benchmarks/RESULTS.md.
+"""Print the ratio table of pytest-benchmark JSON files and write benchmarks/RESULTS.md.
 
-Usage: python benchmarks/report.py RESULTS.json [--write benchmarks/RESULTS.md]
+Usage: python benchmarks/report.py RUN.json [RUN2.json ...] [--write benchmarks/RESULTS.md]
+
+With several runs (``./dev bench`` with ``BENCH_RUNS=3``), each ratio shows every run's value
+and the worst of them, so a target is checked against all runs, not the luckiest.
 """
 
 from __future__ import annotations
@@ -28,40 +31,78 @@ def machine() -> str:
             f"torch {torch.__version__}; GPU: {gpu}; Python {platform.python_version()}")
 
 
-def table(data: dict) -> str:
+def _cases(data: dict) -> dict[str, dict]:
+    return {b["extra_info"]["case"]: b["extra_info"] for b in data["benchmarks"]
+            if "case" in b.get("extra_info", {})}
+
+
+def _ratio_cells(runs: list) -> str:
+    """One run: ``1.02x``; several: ``1.02x (1.00 / 1.02 / 0.98)``, the worst first."""
+    values = [r for r in runs if r is not None]
+    if len(values) == 1:
+        return f"{values[0]:.2f}x"
+    return f"{max(values):.2f}x ({' / '.join(f'{v:.2f}' for v in values)})"
+
+
+def table(datas: list[dict]) -> str:
     speed, memory = [], []
-    for b in data["benchmarks"]:
-        info = b.get("extra_info", {})
+    per_run = [_cases(d) for d in datas]
+    for case, info in per_run[-1].items():
+        runs = [r.get(case) for r in per_run]
         if "ratio" in info:
             meds = info["median_ms"]
             subject = info.get("subject", "plugdrop")
-            ratios = ", ".join(f"{r:.2f}x vs {k} ({meds[k]:.2f} ms)"
-                               for k, r in info["ratio"].items())
+            ratios = ", ".join(
+                f"{_ratio_cells([r['ratio'].get(k) if r else None for r in runs])} vs {k} "
+                f"({meds[k]:.2f} ms)" for k in info["ratio"])
             extra = ""
             if "fwd+bwd ratio" in info:
-                extra = f"; fwd+bwd {info['fwd+bwd ratio']:.2f}x vs x*mask fwd+bwd"
+                cells = _ratio_cells([r.get("fwd+bwd ratio") if r else None for r in runs])
+                extra = f"; fwd+bwd {cells} vs x*mask fwd+bwd"
             if "note" in info:
                 extra += f"; {info['note']}"
-            speed.append(f"| {info['case']} | {meds[subject]:.2f} | {ratios}{extra} |")
+            speed.append(f"| {case} | {meds[subject]:.2f} | {ratios}{extra} |")
         elif "bytes_per_element" in info:
             cells = ", ".join(f"{k}: {v:.3f}" for k, v in info["bytes_per_element"].items())
-            memory.append(f"| {info['case']} | {cells} |")
-    out = ["## Speed (median of interleaved rounds; ratio = plugdrop / baseline, lower is "
-           "better)", "", "| case | plugdrop ms | ratios |", "| --- | --- | --- |", *speed]
+            memory.append(f"| {case} | {cells} |")
+    head = "median of interleaved rounds; ratio = plugdrop / baseline, lower is better"
+    if len(datas) > 1:
+        head += (f"; {len(datas)} runs: the worst ratio, then each run's; ms from the last "
+                 f"run")
+    out = [f"## Speed ({head})", "", "| case | plugdrop ms | ratios |", "| --- | --- | --- |",
+           *speed]
     if memory:
         out += ["", "## Memory saved for the backward (bytes per activation element)", "",
                 "| case | bytes/element |", "| --- | --- |", *memory]
     return "\n".join(out)
 
 
+def _conditions(datas: list[dict]) -> str:
+    lines = []
+    for i, d in enumerate(datas, 1):
+        load = d.get("load_average")
+        when = d.get("datetime", "?")
+        if load:
+            lines.append(f"- run {i}: {when}; 1-minute load average {load['start']:.2f} at the "
+                         f"start, at most {load['max']:.2f}, {load['end']:.2f} at the end")
+        else:
+            lines.append(f"- run {i}: {when}; load not recorded")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
-    data = json.loads(Path(argv[0]).read_text())
-    text = table(data)
-    print(text)
+    files = [a for a in argv if not a.startswith("--")]
     if "--write" in argv:
         dest = Path(argv[argv.index("--write") + 1])
+        files.remove(str(argv[argv.index("--write") + 1]))
+    else:
+        dest = None
+    datas = [json.loads(Path(f).read_text()) for f in files]
+    text = table(datas)
+    print(text)
+    if dest is not None:
         dest.write_text("# Benchmark results\n\nMeasured by `./dev bench` on: " + machine()
-                        + f"  \nDate: {data.get('datetime', '?')}\n\n" + text + "\n")
+                        + "\n\n" + _conditions(datas) + "\n\n" + text + "\n")
         print(f"\nwritten to {dest}")
 
 
