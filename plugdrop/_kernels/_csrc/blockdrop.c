@@ -380,6 +380,25 @@ static int64_t map_align(int64_t S) {
     return a;
 }
 
+/* om = xm * scale over a map of S elements, or zeros if drop */
+static void scale_map_f32(const float *restrict xm, float *restrict om,
+                          const float *restrict scale, int64_t S, int drop) {
+    if (drop) {
+        memset(om, 0, (size_t)S * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];
+    }
+}
+
+static void scale_map_f64(const double *restrict xm, double *restrict om,
+                          const double *restrict scale, int64_t S, int drop) {
+    if (drop) {
+        memset(om, 0, (size_t)S * sizeof(double));
+    } else {
+        for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];
+    }
+}
+
 /* Below this map size, runs of consecutive maps are written in one go (a copy of the scale
  * map per map of a group) instead of map by map. */
 #define SMALL_MAP 256
@@ -425,6 +444,7 @@ static void channels_first(job_t *job, int dtype) {
     if (srep)
         for (int64_t k = 0; k < gm; ++k)
             memcpy((char *)srep + k * S * es, job->scale, (size_t)(S * es));
+    const int whole = Dv == 1 && Hv == 1 && Wv == 1;
     int64_t smask_b = -1; /* shared: the sample whose mask is in sres */
     uint64_t *sres = smask;
     for (int64_t u = job->u0; u < job->u1;) {
@@ -440,6 +460,22 @@ static void channels_first(job_t *job, int dtype) {
             else
                 draw_bytes(&job->rng, u * S / 8, nb, live, (uint8_t *)mask);
             memset((uint8_t *)mask + nb, 0, (size_t)(nw * 8 - nb));
+            if (whole) { /* the block is the map: each map is dropped whole, or scaled */
+                for (int64_t k = 0; k < n; ++k) {
+                    const int64_t m = u + k, b = m / C, c = m - b * C, e = k * S;
+                    const int drop = (int)(mask[e >> 6] >> (e & 63) & 1);
+                    if (dtype == 0)
+                        scale_map_f32((const float *)job->x + b * job->x_bstride + c * S,
+                                      (float *)job->out + b * job->out_bstride + c * S,
+                                      (const float *)job->scale, S, drop);
+                    else
+                        scale_map_f64((const double *)job->x + b * job->x_bstride + c * S,
+                                      (double *)job->out + b * job->out_bstride + c * S,
+                                      (const double *)job->scale, S, drop);
+                }
+                u += n;
+                continue;
+            }
             for (int64_t j = 0; j < words; ++j) mask[j] &= valid[j];
             if ((n * S) & 63) mask[words - 1] &= ((uint64_t)1 << ((n * S) & 63)) - 1;
             uint64_t *t = res == mask ? tmp : mask;
