@@ -333,6 +333,33 @@ static void apply_f32(const float *restrict xm, float *restrict om, const float 
     }
 }
 
+/* apply_f32 with the same scale s everywhere (Dropout2d, blocks as large as the map): one load
+ * fewer per element */
+static void apply_uniform_f32(const float *restrict xm, float *restrict om, float s,
+                              const uint64_t *mask, int64_t off, int64_t S) {
+    int64_t i = 0;
+    const v8f sv = (v8f){0} + s;
+    if ((off & 7) == 0) {
+        const uint8_t *mb = (const uint8_t *)mask + (off >> 3);
+        for (; i + 8 <= S; i += 8) {
+            v8f xv;
+            memcpy(&xv, xm + i, 32);
+            const v8i r = (v8i)(xv * sv) & keep8[mb[i >> 3]];
+            memcpy(om + i, &r, 32);
+        }
+    }
+    for (; i + 8 <= S; i += 8) {
+        v8f xv;
+        memcpy(&xv, xm + i, 32);
+        const v8i r = (v8i)(xv * sv) & keep8[bits8(mask, off + i)];
+        memcpy(om + i, &r, 32);
+    }
+    for (; i < S; ++i) {
+        const int64_t p = off + i;
+        om[i] = (mask[p >> 6] >> (p & 63)) & 1 ? 0.0f : xm[i] * s;
+    }
+}
+
 static void apply_f64(const double *restrict xm, double *restrict om,
                       const double *restrict scale, const uint64_t *mask, int64_t off,
                       int64_t S) {
@@ -378,25 +405,6 @@ static int64_t map_align(int64_t S) {
         s >>= 1;
     }
     return a;
-}
-
-/* om = xm * scale over a map of S elements, or zeros if drop */
-static void scale_map_f32(const float *restrict xm, float *restrict om,
-                          const float *restrict scale, int64_t S, int drop) {
-    if (drop) {
-        memset(om, 0, (size_t)S * sizeof(float));
-    } else {
-        for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];
-    }
-}
-
-static void scale_map_f64(const double *restrict xm, double *restrict om,
-                          const double *restrict scale, int64_t S, int drop) {
-    if (drop) {
-        memset(om, 0, (size_t)S * sizeof(double));
-    } else {
-        for (int64_t i = 0; i < S; ++i) om[i] = xm[i] * scale[i];
-    }
 }
 
 /* Below this map size, runs of consecutive maps are written in one go (a copy of the scale
@@ -445,6 +453,9 @@ static void channels_first(job_t *job, int dtype) {
         for (int64_t k = 0; k < gm; ++k)
             memcpy((char *)srep + k * S * es, job->scale, (size_t)(S * es));
     const int whole = Dv == 1 && Hv == 1 && Wv == 1;
+    int uniform = 1; /* the same scale at every position */
+    for (int64_t i = 1; i < S && uniform; ++i)
+        uniform = memcmp((const char *)job->scale + i * es, job->scale, (size_t)es) == 0;
     int64_t smask_b = -1; /* shared: the sample whose mask is in sres */
     uint64_t *sres = smask;
     for (int64_t u = job->u0; u < job->u1;) {
@@ -460,30 +471,21 @@ static void channels_first(job_t *job, int dtype) {
             else
                 draw_bytes(&job->rng, u * S / 8, nb, live, (uint8_t *)mask);
             memset((uint8_t *)mask + nb, 0, (size_t)(nw * 8 - nb));
-            if (whole) { /* the block is the map: each map is dropped whole, or scaled */
-                for (int64_t k = 0; k < n; ++k) {
-                    const int64_t m = u + k, b = m / C, c = m - b * C, e = k * S;
-                    const int drop = (int)(mask[e >> 6] >> (e & 63) & 1);
-                    if (dtype == 0)
-                        scale_map_f32((const float *)job->x + b * job->x_bstride + c * S,
-                                      (float *)job->out + b * job->out_bstride + c * S,
-                                      (const float *)job->scale, S, drop);
-                    else
-                        scale_map_f64((const double *)job->x + b * job->x_bstride + c * S,
-                                      (double *)job->out + b * job->out_bstride + c * S,
-                                      (const double *)job->scale, S, drop);
-                }
-                u += n;
-                continue;
+            if (whole) { /* the block is the map: a map with a seed (at 0) is dropped whole */
+                memset(tmp, 0, (size_t)nw * 8);
+                for (int64_t k = 0; k < n; ++k)
+                    if (mask[(k * S) >> 6] >> ((k * S) & 63) & 1) set_run(tmp, k * S, S);
+                res = tmp;
+            } else {
+                for (int64_t j = 0; j < words; ++j) mask[j] &= valid[j];
+                if ((n * S) & 63) mask[words - 1] &= ((uint64_t)1 << ((n * S) & 63)) - 1;
+                uint64_t *t = res == mask ? tmp : mask;
+                res = dilate(res, t, words, bw, 1);
+                t = res == mask ? tmp : mask;
+                res = dilate(res, t, words, bh, W);
+                t = res == mask ? tmp : mask;
+                res = dilate(res, t, words, bd, H * W);
             }
-            for (int64_t j = 0; j < words; ++j) mask[j] &= valid[j];
-            if ((n * S) & 63) mask[words - 1] &= ((uint64_t)1 << ((n * S) & 63)) - 1;
-            uint64_t *t = res == mask ? tmp : mask;
-            res = dilate(res, t, words, bw, 1);
-            t = res == mask ? tmp : mask;
-            res = dilate(res, t, words, bh, W);
-            t = res == mask ? tmp : mask;
-            res = dilate(res, t, words, bd, H * W);
             res[words] = res[words + 1] = 0;
         } else {
             memset(mask, 0, (size_t)nw * 8);
@@ -512,7 +514,11 @@ static void channels_first(job_t *job, int dtype) {
             const int64_t run = S < SMALL_MAP ? (C - c < n - k ? C - c : n - k) : 1;
             const int64_t len = run * S, off = k * S;
             const void *sc = srep ? (const char *)srep + off * es : job->scale;
-            if (dtype == 0) {
+            if (dtype == 0 && uniform) {
+                apply_uniform_f32((const float *)job->x + b * job->x_bstride + c * S,
+                                  (float *)job->out + b * job->out_bstride + c * S,
+                                  ((const float *)job->scale)[0], res, off, len);
+            } else if (dtype == 0) {
                 apply_f32((const float *)job->x + b * job->x_bstride + c * S,
                           (float *)job->out + b * job->out_bstride + c * S,
                           (const float *)sc, res, off, len);
