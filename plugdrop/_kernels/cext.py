@@ -254,8 +254,8 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
     if lib is None:
         return None
     shape = x.shape
+    layout: int | None = 0
     if x.is_contiguous():  # the common case, without walking the strides
-        layout = 0
         out = torch.empty(shape, dtype=x.dtype)
     else:
         layout = _sample_layout(x)
