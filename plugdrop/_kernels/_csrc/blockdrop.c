@@ -113,8 +113,8 @@ static inline uint32_t group_seeds(const rng_t *g, uint64_t n0) {
     return (1u << f) | (each & ~((2u << f) - 1u));
 }
 
-/* Seeds among positions first .. first + count - 1 of the seed grid, as offsets from first,
- * into hits (ascending); returns how many. The positions come in groups of 8 (8g .. 8g + 7):
+/* Successful draws among positions first .. first + count - 1, as offsets from first, into
+ * hits (ascending); returns how many (the channels-last path, which zeroes each seed's block). The positions come in groups of 8 (8g .. 8g + 7):
  * one hash per group decides whether it holds a seed (vectorized, a chunk of groups at a
  * time), and only the rare groups that do hash their 8 positions. */
 static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits) {
