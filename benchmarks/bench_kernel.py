@@ -1,0 +1,54 @@
+"""Where per-channel DropBlock's forward time goes: the fused C kernel called directly (no
+Python around it), against torch's ``x * x`` into a preallocated output, interleaved in one
+process, at the shapes where it is furthest from ``x * x``:
+
+- ``kernel``: the real call (p = 0.1);
+- ``kernel, no seeds``: the same call with a seed probability of 0 (the draw's first stage, the
+  bit-array work and the masked pass still run; no seed groups are hashed and nothing is
+  dropped);
+- ``x * x``: the floor of any transform that is not in place (4 bytes read and 4 written per
+  float32 element, as the kernel).
+
+The difference between the first two is the cost of the seeds; the second against ``x * x`` is
+the cost of the bit arrays and the masked pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _harness import interleaved, record
+from plugdrop._kernels import cext, geometry
+
+CASES = [((32, 2048, 7, 7), 3), ((32, 2048, 7, 7), 7), ((16, 384, 14, 14), 3),
+         ((16, 512, 28, 28), 3), ((8, 64, 112, 112), 3)]
+
+
+def _call(x: torch.Tensor, gamma: float, scale: torch.Tensor, blocks: tuple[int, ...]):
+    thresh = cext.thresholds(gamma)
+    return lambda: cext.blockdrop(x, scale, (12345, 678), thresh, blocks)
+
+
+@pytest.mark.skipif(cext.library() is None, reason="no C compiler here")
+@pytest.mark.parametrize("shape,block", CASES, ids=lambda v: "x".join(map(str, v))
+                         if isinstance(v, tuple) else str(v))
+def test_kernel_breakdown(benchmark, shape, block):
+    x = torch.randn(shape)
+    out = torch.empty_like(x)
+    sizes = shape[2:]
+    blocks = (block,) * len(sizes)
+    q = geometry.solve_keep(0.1, sizes, blocks)
+    scale = geometry.scale_map(q, sizes, blocks, x.device, torch.float32)
+    scale = scale.expand(sizes).contiguous()
+    fns = {"kernel": _call(x, 1.0 - q, scale, blocks),
+           "kernel, no seeds": _call(x, 0.0, scale, blocks),
+           "x*x": lambda: torch.mul(x, x, out=out)}
+    seeds = (1.0 - q) * x.shape[0] * x.shape[1] * torch.tensor(
+        [s - b + 1 for s, b in zip(sizes, blocks)]).prod().item()
+    medians = interleaved(fns)
+    note = (f"seeds per element {seeds / x.numel():.4f}; cost per seed "
+            f"{(medians['kernel'] - medians['kernel, no seeds']) / max(seeds, 1) * 1e9:.1f} ns")
+    record(benchmark, f"kernel alone, block {block} {'x'.join(map(str, shape))}", medians,
+           subject="kernel", note=note)
+    benchmark.pedantic(fns["kernel"], rounds=3, iterations=1)
