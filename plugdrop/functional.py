@@ -235,14 +235,13 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
 def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,
                scale_by_keep: bool) -> torch.Tensor:
     """A multiplier of ``shape`` in ``x``'s dtype: 0 with probability ``p``, else
-    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p`` draws it in place with
-    ``bernoulli_`` (two small ops: the fixed cost of timm's and torch's own)."""
+    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p``: two small torch calls
+    (:func:`~._kernels.draws.keep_mult`)."""
     if isinstance(p, torch.Tensor):
         dropped = draws.bernoulli(shape, p, x.device)
         mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
         return mult.to(x.dtype)
-    keep = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
-    return keep.mul_(_keep_scale(p)) if scale_by_keep else keep
+    return draws.keep_mult(shape, p, scale_by_keep, x.dtype, x.device)
 
 
 def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tensor:
@@ -259,9 +258,13 @@ def _dropout(x: torch.Tensor, p: Number) -> torch.Tensor:
     if isinstance(p, torch.Tensor):
         keep = torch.rand_like(x, dtype=torch.float32) >= p
         return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
-    keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
-    scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
-    return KA.MaskMul.apply(x, keep, scale, None)
+    if draws.use_sparse(x.numel(), p, x.device):
+        keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
+        scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
+        return KA.MaskMul.apply(x, keep, scale, None)
+    # torch's own dropout, one call: it saves a boolean mask for the backward (1 byte per
+    # element), which is differentiable again and has a forward-mode derivative.
+    return torch.native_dropout(x, p, True)[0]
 
 
 def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
@@ -305,8 +308,14 @@ def _gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch
         # The kernel draws the noise from a key taken from torch's generator: one pass.
         key = cext.draw_key()
         return KA.GaussianNoise.apply(x, key, key, (float(std), multiplicative, x.stride()))
-    noise = torch.randn_like(x) * (std.to(x.dtype) if isinstance(std, torch.Tensor) else std)
-    return x * (1.0 + noise) if multiplicative else x + noise
+    if isinstance(std, torch.Tensor):
+        noise = torch.randn_like(x) * std.to(x.dtype)
+        return x * (1.0 + noise) if multiplicative else x + noise
+    # x + std * z, x * (1 + std * z) = x + std * x * z: one op after the draw (a Python scalar
+    # operand of its own would cost a tensor wrap per call)
+    if multiplicative:
+        return torch.addcmul(x, x, torch.randn_like(x), value=std)
+    return torch.add(x, torch.randn_like(x), alpha=std)
 
 
 # ----------------------------------------------------------------------------- gradients

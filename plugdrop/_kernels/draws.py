@@ -64,3 +64,50 @@ def bernoulli(shape: tuple[int, ...], prob, device: torch.device) -> torch.Tenso
                 out.view(-1).index_fill_(0, sparse_seeds(numel, prob), True)
             return out
     return torch.rand(shape, device=device) < prob
+
+
+
+#: Small constant tensors by (value, dtype, device), for :func:`keep_mult`: the ones masks are
+#: drawn from (a few shapes per model) and the scales they are multiplied by (one per value of
+#: ``p``; a schedule makes a new one per step, hence the bound).
+_CACHE: dict[tuple[object, torch.dtype, torch.device], torch.Tensor] = {}
+_CACHE_MAX = 512
+
+
+def _cached(key: tuple[object, torch.dtype, torch.device], value: float,
+            shape: tuple[int, ...]) -> torch.Tensor:
+    t = _CACHE.get(key)
+    if t is None:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        with torch.inference_mode(False), torch.no_grad():
+            t = torch.full(shape, value, dtype=key[1], device=key[2])
+        _CACHE[key] = t
+    return t
+
+
+def keep_mult(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """A new tensor of ``shape`` and ``dtype``: 0 with probability ``p``, else ``1 / (1 - p)``
+    (1 without ``scale_by_keep``), independently per element.
+
+    Drawn by ``torch.bernoulli`` from a cached tensor of ones and scaled in place by a cached
+    0-dim tensor: two torch calls, each cheaper than its form with a fresh tensor or a Python
+    scalar (a scalar operand is wrapped into a tensor at every call). The draws are those of
+    ``torch.empty(shape).bernoulli_(1 - p)``, and the scale is applied in ``dtype`` as
+    ``mul_(1 / (1 - p))`` does; that form is used while ``torch.compile`` traces (no cache read
+    inside a graph).
+    """
+    keep = 1.0 - p
+    if torch.compiler.is_compiling():
+        mult = torch.empty(shape, dtype=dtype, device=device).bernoulli_(keep)
+        return mult.mul_(1.0 / keep) if scale_by_keep else mult
+    mult = torch.bernoulli(_cached((shape, dtype, device), 1.0, shape), keep)
+    if scale_by_keep:
+        mult.mul_(constant(1.0 / keep, dtype, device))
+    return mult
+
+
+def constant(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A cached 0-dim tensor holding ``value`` (never modified: a read-only operand)."""
+    return _cached((value, dtype, device), value, ())

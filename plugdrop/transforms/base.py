@@ -154,7 +154,11 @@ class Transform:
 
     def _values(self, device: torch.device, layer: str | None = None
                 ) -> dict[str, float | torch.Tensor]:
-        return {k: s.read(device, layer) for k, s in self._settings.items()}
+        """Each setting's current value at ``layer``: the float in eager mode, the device
+        tensor while ``torch.compile`` traces (see :meth:`_Setting.read`)."""
+        if torch.compiler.is_compiling():
+            return {k: s.of(layer).get(device) for k, s in self._settings.items()}
+        return {k: s.of(layer).value for k, s in self._settings.items()}
 
     def _bind_layers(self, layers: list[str]) -> None:
         """Called by attach with the selected layers: per-layer settings get their values."""

@@ -159,6 +159,8 @@ class Dropout2d(_Layout):
         super().__init__(layout, prefix_tokens, grid_size, p=(p, _checks.probability))
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
+        if self.layout != "tokens" or self.grid_size is None:
+            return F._dropout2d(x, p, self.layout, self.prefix_tokens)
         return self._on_layout(x, lambda v, layout, prefix: F._dropout2d(v, p, layout, prefix))
 
 
