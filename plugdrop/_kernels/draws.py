@@ -67,9 +67,9 @@ def bernoulli(shape: tuple[int, ...], prob, device: torch.device) -> torch.Tenso
 
 
 
-#: Small constant tensors by (value, dtype, device), for :func:`keep_mult`: the ones masks are
-#: drawn from (a few shapes per model) and the scales they are multiplied by (one per value of
-#: ``p``; a schedule makes a new one per step, hence the bound).
+#: Small constant tensors by (shape or p, dtype, device), for :func:`keep_mult`: the ones masks
+#: are drawn from (by shape: a few per model) and the scales ``1 / (1 - p)`` they are multiplied
+#: by (by ``p``: a schedule makes a new one per step, hence the bound).
 _CACHE: dict[tuple[object, torch.dtype, torch.device], torch.Tensor] = {}
 _CACHE_MAX = 512
 
@@ -102,12 +102,15 @@ def keep_mult(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torc
     if torch.compiler.is_compiling():
         mult = torch.empty(shape, dtype=dtype, device=device).bernoulli_(keep)
         return mult.mul_(1.0 / keep) if scale_by_keep else mult
-    mult = torch.bernoulli(_cached((shape, dtype, device), 1.0, shape), keep)
+    ones = _CACHE.get((shape, dtype, device))
+    if ones is None:
+        ones = _cached((shape, dtype, device), 1.0, shape)
+    mult = torch.bernoulli(ones, keep)
     if scale_by_keep:
-        mult.mul_(constant(1.0 / keep, dtype, device))
+        scale = _CACHE.get((p, dtype, device))  # keyed by p: one float key per value
+        if scale is None:
+            scale = _cached((p, dtype, device), 1.0 / keep, ())
+        mult.mul_(scale)
     return mult
 
 
-def constant(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A cached 0-dim tensor holding ``value`` (never modified: a read-only operand)."""
-    return _cached((value, dtype, device), value, ())

@@ -204,6 +204,13 @@ class ForwardTransform(Transform):
         _floating(self, x)
         return self.apply(x, **self._values(x.device, layer))
 
+    def _eager_value(self, name: str, layer: str) -> float | None:
+        """The current float value of setting ``name`` at ``layer`` for a fast eager path of
+        :meth:`_at`; ``None`` while ``torch.compile`` traces (take the general path)."""
+        if torch.compiler.is_compiling():
+            return None
+        return self._settings[name].of(layer).value
+
     def _check_layer(self, name: str, module: object, model: object = None) -> None:
         """Called by attach for each selected module (and the bare model): raise early on
         what cannot work there, or read settings the model knows."""

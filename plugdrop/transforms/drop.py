@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from .. import _checks, _layout
+from .._kernels import draws
 from .. import functional as F
 from ..errors import SettingError, ShapeError
 from ..schedules import ScheduleLike
@@ -153,15 +154,40 @@ class Dropout2d(_Layout):
     Shape: ``(B, C, *spatial)`` with 0 to 3 spatial dims, or per ``layout``.
     """
 
+    #: Shapes of channels-first maps that passed the layout checks at an eager call (the
+    #: instance's own set; this empty default serves objects pickled before it existed).
+    _checked: set[torch.Size] | frozenset[torch.Size] = frozenset()
+
     def __init__(self, p: ScheduleLike, *, layout: str | None = None,
                  prefix_tokens: int | None = None,
                  grid_size: tuple[int, int] | None = None) -> None:
         super().__init__(layout, prefix_tokens, grid_size, p=(p, _checks.probability))
+        self._checked = set()
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         if self.layout != "tokens" or self.grid_size is None:
             return F._dropout2d(x, p, self.layout, self.prefix_tokens)
         return self._on_layout(x, lambda v, layout, prefix: F._dropout2d(v, p, layout, prefix))
+
+    def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        # Eager mode, channels-first maps of a shape already checked (the layout checks depend
+        # on the shape only): :func:`F._dropout2d`'s float path, inlined.
+        p = self._eager_value("p", layer)
+        if p is None or x.shape not in self._checked or not x.is_floating_point():
+            y = super()._at(layer, x)
+            if p is not None and self.layout in (None, "channels_first"):
+                self._remember(x.shape)
+            return y
+        if p == 0.0:
+            return x
+        return x * draws.keep_mult((x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2), p, True,
+                                   x.dtype, x.device)
+
+    def _remember(self, shape: torch.Size) -> None:
+        """``shape`` passed the layout checks (it returned without raising)."""
+        if not isinstance(self._checked, set) or len(self._checked) >= 64:
+            self._checked = set()
+        self._checked.add(shape)
 
 
 class Dropout(ForwardTransform):
@@ -199,6 +225,17 @@ class DropPath(ForwardTransform):
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._drop_path(x, p, self.scale_by_keep)
+
+    def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        # Eager mode on a float tensor with a batch dim: :func:`F._drop_path`'s float path,
+        # inlined (the per-call cost is the few Python calls around three small torch ops).
+        p = self._eager_value("p", layer)
+        if p is None or not x.is_floating_point() or x.dim() == 0:
+            return super()._at(layer, x)
+        if p == 0.0:
+            return x
+        return x * draws.keep_mult((x.shape[0],) + (1,) * (x.dim() - 1), p,
+                                   self.scale_by_keep, x.dtype, x.device)
 
 
 class DropHead(ForwardTransform):
