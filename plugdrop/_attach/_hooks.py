@@ -111,9 +111,14 @@ class OutputHook(_Hook):
         if self._direct and type(output) is torch.Tensor:
             if not module.training:
                 return None
-            self._count()
+            target: Any = self.target
             try:
-                y = self.target._at(self.name, output)  # type: ignore[union-attr]
+                if torch.compiler.is_compiling():
+                    self.traced_calls.add_(1)
+                    y = target._at(self.name, output)
+                else:
+                    self.calls += 1
+                    y = target._eager_at(self.name, output)
             except (ValueError, TypeError) as e:
                 raise type(e)(f"{self._context(module)}: {e}") from None
             return None if y is output else y

@@ -204,11 +204,15 @@ class ForwardTransform(Transform):
         _floating(self, x)
         return self.apply(x, **self._values(x.device, layer))
 
-    def _eager_value(self, name: str, layer: str) -> float | None:
-        """The current float value of setting ``name`` at ``layer`` for a fast eager path of
-        :meth:`_at`; ``None`` while ``torch.compile`` traces (take the general path)."""
-        if torch.compiler.is_compiling():
-            return None
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`_at` when the caller knows that ``torch.compile`` is not tracing (the
+        attachment's hooks, in eager mode): a transform may override it with a shorter path
+        computing the same thing; the settings are then read as floats with
+        :meth:`_eager_value`."""
+        return self._at(layer, x)
+
+    def _eager_value(self, name: str, layer: str) -> float:
+        """The current float value of setting ``name`` at ``layer`` (eager mode)."""
         return self._settings[name].of(layer).value
 
     def _check_layer(self, name: str, module: object, model: object = None) -> None:

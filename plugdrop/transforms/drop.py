@@ -143,6 +143,13 @@ class DropBlock(_Layout):
         return self._on_layout(x, lambda v, layout, prefix: F._drop_block(
             v, p, self.block_size, self.shared_channels, layout, prefix, self.rescale))
 
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        if x.is_floating_point() and (self.layout is None or self.layout == "channels_first"):
+            return F._drop_block(x, self._eager_value("p", layer), self.block_size,
+                                 self.shared_channels, self.layout, self.prefix_tokens,
+                                 self.rescale)
+        return self._at(layer, x)
+
 
 class Dropout2d(_Layout):
     """Drop whole channels per sample with probability ``p``; rescale by ``1 / (1 - p)``.
@@ -169,19 +176,19 @@ class Dropout2d(_Layout):
             return F._dropout2d(x, p, self.layout, self.prefix_tokens)
         return self._on_layout(x, lambda v, layout, prefix: F._dropout2d(v, p, layout, prefix))
 
-    def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        # Eager mode, channels-first maps of a shape already checked (the layout checks depend
-        # on the shape only): :func:`F._dropout2d`'s float path, inlined.
-        p = self._eager_value("p", layer)
-        if p is None or x.shape not in self._checked or not x.is_floating_point():
-            y = super()._at(layer, x)
-            if p is not None and self.layout in (None, "channels_first"):
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        # Channels-first maps of a shape already checked (the layout checks depend on the
+        # shape only): :func:`F._dropout2d`'s float path, inlined.
+        if x.shape not in self._checked or not x.is_floating_point():
+            y = self._at(layer, x)
+            if self.layout is None or self.layout == "channels_first":
                 self._remember(x.shape)
             return y
+        p = self._eager_value("p", layer)
         if p == 0.0:
             return x
-        return x * draws.keep_mult((x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2), p, True,
-                                   x.dtype, x.device)
+        return x * draws.keep_mult_eager((x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2), p,
+                                         True, x.dtype, x.device)
 
     def _remember(self, shape: torch.Size) -> None:
         """``shape`` passed the layout checks (it returned without raising)."""
@@ -202,6 +209,11 @@ class Dropout(ForwardTransform):
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._dropout(x, p)
+
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        if x.is_floating_point():
+            return F._dropout(x, self._eager_value("p", layer))
+        return self._at(layer, x)
 
 
 class DropPath(ForwardTransform):
@@ -226,16 +238,16 @@ class DropPath(ForwardTransform):
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._drop_path(x, p, self.scale_by_keep)
 
-    def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        # Eager mode on a float tensor with a batch dim: :func:`F._drop_path`'s float path,
-        # inlined (the per-call cost is the few Python calls around three small torch ops).
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        # A float tensor with a batch dim: :func:`F._drop_path`'s float path, inlined (the
+        # per-call cost is the few Python calls around three small torch ops).
+        if not x.is_floating_point() or x.dim() == 0:
+            return self._at(layer, x)
         p = self._eager_value("p", layer)
-        if p is None or not x.is_floating_point() or x.dim() == 0:
-            return super()._at(layer, x)
         if p == 0.0:
             return x
-        return x * draws.keep_mult((x.shape[0],) + (1,) * (x.dim() - 1), p,
-                                   self.scale_by_keep, x.dtype, x.device)
+        return x * draws.keep_mult_eager((x.shape[0],) + (1,) * (x.dim() - 1), p,
+                                         self.scale_by_keep, x.dtype, x.device)
 
 
 class DropHead(ForwardTransform):
