@@ -46,6 +46,8 @@ def _general(transform: pd.ForwardTransform, x: torch.Tensor) -> torch.Tensor:
     (lambda: pd.Dropout(0.3), (4, 6, 5, 5)),
     (lambda: pd.GaussianNoise(0.3), (4, 6, 5, 5)),
     (lambda: pd.GaussianNoise(0.3, multiplicative=True), (4, 6, 5, 5)),
+    (lambda: pd.DropBlock(0.3, 3), (4, 6, 9, 9)),
+    (lambda: pd.DropBlock(0.3, 3, shared_channels=True), (4, 6, 9, 9)),
 ])
 @pytest.mark.parametrize("grad", [False, True])
 def test_attached_fast_path_equals_the_general_path(make, shape, grad):
@@ -181,3 +183,31 @@ def test_dropblock_layout_errors_are_not_cached_away():
     for _ in range(2):
         with pytest.raises(ValueError, match="layer '0'"):
             m(torch.randn(2, 56, 56, 32))
+
+
+@pytest.mark.parametrize("make,shape", [
+    (lambda: pd.DropPath(0.3), (4, 6, 5, 5)),
+    (lambda: pd.Dropout2d(0.3), (4, 6, 5, 5)),
+    (lambda: pd.Dropout2d(0.3, layout="channels_last"), (4, 5, 5, 6)),
+    (lambda: pd.Dropout2d(0.3, layout="tokens"), (4, 1 + 16, 6)),
+    (lambda: pd.Dropout(0.3), (4, 6)),
+    (lambda: pd.GaussianNoise(0.3), (4, 6)),
+    (lambda: pd.DropBlock(0.3, 3), (4, 6, 9, 9)),
+    (lambda: pd.DropBlock(0.3, 3, layout="channels_last"), (4, 9, 9, 6)),
+    (lambda: pd.DropBlock(0.3, 3, rescale="count"), (4, 6, 9, 9)),
+    (lambda: pd.DropBlock(pd.by_depth(0.1, 0.3), 3), (4, 6, 9, 9)),
+    (lambda: pd.DropPath(pd.by_depth(0.1, 0.3)), (4, 6)),
+])
+def test_eager_at_equals_at(make, shape):
+    """What the hooks call in eager mode equals the general per-layer path."""
+    m = nn.Sequential(nn.Identity(), nn.Identity()).train()
+    h = pd.attach(m, ["0", "1"], make())
+    t = h.transform
+    x = torch.randn(shape)
+    for layer in ("0", "1"):
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            a = t._eager_at(layer, x)
+            torch.manual_seed(seed)
+            b = t._at(layer, x)
+            assert torch.equal(a, b)
