@@ -107,15 +107,27 @@ def keep_mult(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torc
 def keep_mult_eager(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torch.dtype,
                     device: torch.device) -> torch.Tensor:
     """:func:`keep_mult` for a caller that knows ``torch.compile`` is not tracing."""
-    keep = 1.0 - p
     ones = _CACHE.get((shape, dtype, device))
     if ones is None:
         ones = _cached((shape, dtype, device), 1.0, shape)
-    mult = torch.bernoulli(ones, keep)
+    return keep_mult_from(ones, p, scale_by_keep, dtype, device)
+
+
+def ones(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The cached tensor of ones :func:`keep_mult` draws a mask of ``shape`` from (a caller
+    may keep it to skip the lookup: :func:`keep_mult_from`)."""
+    return _cached((shape, dtype, device), 1.0, shape)
+
+
+def keep_mult_from(ones: torch.Tensor, p: float, scale_by_keep: bool, dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor:
+    """:func:`keep_mult` of the shape of ``ones`` (from :func:`ones`, of ``dtype`` on
+    ``device``), eager mode."""
+    mult = torch.bernoulli(ones, 1.0 - p)
     if scale_by_keep:
         scale = _CACHE.get((p, dtype, device))  # keyed by p: one float key per value
         if scale is None:
-            scale = _cached((p, dtype, device), 1.0 / keep, ())
+            scale = _cached((p, dtype, device), 1.0 / (1.0 - p), ())
         mult.mul_(scale)
     return mult
 

@@ -65,6 +65,22 @@ class _Layout(ForwardTransform):
         return restore(fn(grid, "channels_last", None))
 
 
+#: Eager fast paths of DropPath and Dropout2d: (shape, dtype, device[, layout]) of a float
+#: input that went through the general path without raising -> the tensor of ones its mask is
+#: drawn from (:func:`draws.ones`). For Dropout2d only channels-first maps are entered, keyed
+#: by the layout setting (its checks depend on the shape and that setting only). Shared by all
+#: instances, never copied or pickled with them.
+_BATCHED: dict[tuple[Any, ...], torch.Tensor] = {}
+_CHECKED_MAPS: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def _remember(cache: dict[tuple[Any, ...], torch.Tensor], key: tuple[Any, ...],
+              shape: tuple[int, ...]) -> None:
+    if len(cache) >= 256:
+        cache.clear()
+    cache[key] = draws.ones(shape, key[1], key[2])
+
+
 #: Module types whose output maps have a known number of spatial dims.
 _MAP_RANK: tuple[tuple[tuple[type, ...], int], ...] = (
     ((nn.Conv1d, nn.ConvTranspose1d), 1),
@@ -161,15 +177,10 @@ class Dropout2d(_Layout):
     Shape: ``(B, C, *spatial)`` with 0 to 3 spatial dims, or per ``layout``.
     """
 
-    #: Shapes of channels-first maps that passed the layout checks at an eager call (the
-    #: instance's own set; this empty default serves objects pickled before it existed).
-    _checked: set[torch.Size] | frozenset[torch.Size] = frozenset()
-
     def __init__(self, p: ScheduleLike, *, layout: str | None = None,
                  prefix_tokens: int | None = None,
                  grid_size: tuple[int, int] | None = None) -> None:
         super().__init__(layout, prefix_tokens, grid_size, p=(p, _checks.probability))
-        self._checked = set()
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         if self.layout != "tokens" or self.grid_size is None:
@@ -177,24 +188,20 @@ class Dropout2d(_Layout):
         return self._on_layout(x, lambda v, layout, prefix: F._dropout2d(v, p, layout, prefix))
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        # Channels-first maps of a shape already checked (the layout checks depend on the
-        # shape only): :func:`F._dropout2d`'s float path, inlined.
-        if x.shape not in self._checked or not x.is_floating_point():
-            y = self._at(layer, x)
-            if self.layout is None or self.layout == "channels_first":
-                self._remember(x.shape)
+        # Channels-first float maps of a shape that passed the layout checks before (they
+        # depend on the shape only): :func:`F._dropout2d`'s float path, inlined.
+        layout = self.layout
+        key = (x.shape, x.dtype, x.device, layout)
+        ones = _CHECKED_MAPS.get(key)
+        if ones is None:
+            y = self._at(layer, x)  # checks the shape, raising on a bad one
+            if x.is_floating_point() and (layout is None or layout == "channels_first"):
+                _remember(_CHECKED_MAPS, key, (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2))
             return y
         p = self._eager_value("p", layer)
         if p == 0.0:
             return x
-        return x * draws.keep_mult_eager((x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2), p,
-                                         True, x.dtype, x.device)
-
-    def _remember(self, shape: torch.Size) -> None:
-        """``shape`` passed the layout checks (it returned without raising)."""
-        if not isinstance(self._checked, set) or len(self._checked) >= 64:
-            self._checked = set()
-        self._checked.add(shape)
+        return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
 
 
 class Dropout(ForwardTransform):
@@ -239,15 +246,19 @@ class DropPath(ForwardTransform):
         return F._drop_path(x, p, self.scale_by_keep)
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        # A float tensor with a batch dim: :func:`F._drop_path`'s float path, inlined (the
-        # per-call cost is the few Python calls around three small torch ops).
-        if not x.is_floating_point() or x.dim() == 0:
-            return self._at(layer, x)
+        # A float tensor with a batch dim, of a shape met before: :func:`F._drop_path`'s float
+        # path, inlined (the per-call cost is the few Python calls around three small ops).
+        key = (x.shape, x.dtype, x.device)
+        ones = _BATCHED.get(key)
+        if ones is None:
+            y = self._at(layer, x)  # raises on a 0-dim or integer tensor
+            if x.is_floating_point():
+                _remember(_BATCHED, key, (x.shape[0],) + (1,) * (x.dim() - 1))
+            return y
         p = self._eager_value("p", layer)
         if p == 0.0:
             return x
-        return x * draws.keep_mult_eager((x.shape[0],) + (1,) * (x.dim() - 1), p,
-                                         self.scale_by_keep, x.dtype, x.device)
+        return x * draws.keep_mult_from(ones, p, self.scale_by_keep, key[1], key[2])
 
 
 class DropHead(ForwardTransform):

@@ -211,3 +211,24 @@ def test_eager_at_equals_at(make, shape):
             torch.manual_seed(seed)
             b = t._at(layer, x)
             assert torch.equal(a, b)
+
+
+def test_a_shape_checked_under_one_layout_is_checked_again_under_another():
+    x = torch.randn(2, 56, 56, 32)  # looks channels-last
+    explicit, _ = _attached(pd.Dropout2d(0.3, layout="channels_first"))
+    explicit(x), explicit(x)  # accepted as (B, C, H, W)
+    default, _ = _attached(pd.Dropout2d(0.3))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="channels_last"):
+            default(x)
+
+
+def test_cached_fast_path_state_is_not_copied_with_the_model():
+    import copy
+    import pickle
+
+    m, _ = _attached(pd.DropPath(0.3))
+    m(torch.randn(4, 5))
+    for clone in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        (h,) = pd.handles(clone)
+        assert not any(isinstance(v, torch.Tensor) for v in vars(h.transform).values())
