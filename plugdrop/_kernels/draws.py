@@ -66,7 +66,6 @@ def bernoulli(shape: tuple[int, ...], prob, device: torch.device) -> torch.Tenso
     return torch.rand(shape, device=device) < prob
 
 
-
 #: Small constant tensors by (shape or p, dtype, device), for :func:`keep_mult`: the ones masks
 #: are drawn from (by shape: a few per model) and the scales ``1 / (1 - p)`` they are multiplied
 #: by (by ``p``: a schedule makes a new one per step, hence the bound).
@@ -130,5 +129,3 @@ def keep_mult_from(ones: torch.Tensor, p: float, scale_by_keep: bool, dtype: tor
             scale = _cached((p, dtype, device), 1.0 / (1.0 - p), ())
         mult.mul_(scale)
     return mult
-
-

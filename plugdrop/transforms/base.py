@@ -88,13 +88,6 @@ class _Setting:
         """The value holder of ``layer`` (the shared one for a setting not per layer)."""
         return self.layers.get(layer, self.current) if layer is not None else self.current
 
-    def read(self, device: torch.device, layer: str | None = None) -> float | torch.Tensor:
-        """The float in eager mode, the device tensor while ``torch.compile`` traces."""
-        current = self.of(layer)
-        if torch.compiler.is_compiling():
-            return current.get(device)
-        return current.value
-
 
 class Transform:
     """Base class of all transforms.
@@ -154,8 +147,9 @@ class Transform:
 
     def _values(self, device: torch.device, layer: str | None = None
                 ) -> dict[str, float | torch.Tensor]:
-        """Each setting's current value at ``layer``: the float in eager mode, the device
-        tensor while ``torch.compile`` traces (see :meth:`_Setting.read`)."""
+        """Each setting's current value at ``layer``: the float in eager mode (no device
+        synchronization), the 0-dim tensor on ``device`` while ``torch.compile`` traces (a
+        graph input: a changing value does not recompile)."""
         if torch.compiler.is_compiling():
             return {k: s.of(layer).get(device) for k, s in self._settings.items()}
         return {k: s.of(layer).value for k, s in self._settings.items()}
