@@ -176,6 +176,15 @@ def test_dropblock_plan_keeps_forward_mode_ad_under_no_grad():
         tangent = torch.autograd.forward_ad.unpack_dual(out).tangent
     assert tangent is not None and torch.allclose(tangent, v * (y / x))
 
+    def f(t):
+        with torch.random.fork_rng():
+            torch.manual_seed(1)
+            return F.drop_block(t, 0.2, 3)
+
+    with torch.no_grad():
+        out, jv = torch.func.jvp(f, (x,), (v,))
+    assert torch.equal(out, y) and torch.allclose(jv, v * (y / x))
+
 
 def test_dropblock_layout_errors_are_not_cached_away():
     m, _ = _attached(pd.DropBlock(0.2, 3))
