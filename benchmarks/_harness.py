@@ -13,7 +13,11 @@ import torch
 def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
                 min_rounds: int = 7, max_rounds: int = 60, warmup: int = 2) -> dict[str, float]:
     """Median seconds of each function, measured round-robin (one call of each per round) so
-    that slow drifts of the machine hit every candidate alike."""
+    that slow drifts of the machine hit every candidate alike. Each round starts one function
+    further along, so every function follows every other one equally often: a call that
+    leaves the machine busy (torch's worker threads spinning after a parallel op, caches
+    flushed) slows whichever call comes next, and a fixed order would charge that to one
+    candidate alone."""
     for _ in range(warmup):
         for f in fns.values():
             f()
@@ -23,11 +27,13 @@ def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
     per_round = max(time.perf_counter() - start, 1e-6)
     rounds = int(min(max(budget_s / per_round, min_rounds), max_rounds))
     times: dict[str, list[float]] = {k: [] for k in fns}
+    items = list(fns.items())
+    orders = [items[i:] + items[:i] for i in range(len(items))]
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(rounds):
-            for k, f in fns.items():
+        for r in range(rounds):
+            for k, f in orders[r % len(orders)]:
                 t = time.perf_counter()
                 f()
                 times[k].append(time.perf_counter() - t)

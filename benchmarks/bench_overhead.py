@@ -1,6 +1,10 @@
 """Per-call overhead of an attached transform: a tiny tensor, where the fixed cost of the hook
 and the transform's Python path is all there is to measure. Baselines, interleaved in the same
-process: the bare module, and the same module with a bare forward hook returning ``x * 1``.
+process: the bare module, and the same module with a bare forward hook returning ``x * 1``;
+the same op in timm, torchvision or torch called as a function (no module, no hook: the lowest
+cost of the op itself), and as the module a user of those libraries puts in the model after
+the module (``... in model``: the module's call, then the regularizer module's call: what
+they pay per call, to set against plugdrop's module + hook).
 
 Ratios are plugdrop / baseline; the medians (microseconds) are in the record too, so a change
 of the attachment layer can be compared before and after on the same machine.
@@ -36,8 +40,9 @@ CASES = {
 }
 
 
-def _peers(name: str) -> dict:
-    """The same op in timm, torchvision or torch, where it exists (called directly: no hook)."""
+def _peers(name: str, module: nn.Module) -> dict:
+    """The same op in timm, torchvision or torch, where it exists: called directly as a
+    function (no hook), and as their module after ``module`` (``... in model``)."""
     out = {}
     try:
         timm = importlib.import_module("timm.layers.drop")
@@ -47,21 +52,35 @@ def _peers(name: str) -> dict:
         ops = importlib.import_module("torchvision.ops")
     except Exception:  # pragma: no cover - optional baseline
         ops = None
-    if name.startswith("DropBlock") and name != "DropBlock-scheduled":
+    def then(reg: nn.Module):
+        reg.train()
+        return lambda x: reg(module(x))
+
+    if name.startswith("DropBlock"):
         shared = name == "DropBlock-shared"
+        # the scheduled case is measured mid-ramp (p = 0.05), with the peers at that p: the
+        # same company as the constant case (a call that follows a peer's multi-threaded ops
+        # pays for the worker threads they leave spinning, whatever it is)
+        p = 0.05 if name == "DropBlock-scheduled" else 0.1
         if timm is not None:
-            out["timm"] = lambda x: timm.drop_block_2d(x, 0.1, 3, couple_channels=shared)
+            out["timm"] = lambda x: timm.drop_block_2d(x, p, 3, couple_channels=shared)
+            out["timm in model"] = then(timm.DropBlock2d(p, 3, couple_channels=shared))
         if ops is not None and not shared:
-            out["torchvision"] = lambda x: ops.drop_block2d(x, 0.1, 3)
+            out["torchvision"] = lambda x: ops.drop_block2d(x, p, 3)
+            out["torchvision in model"] = then(ops.DropBlock2d(p, 3))
     elif name == "DropPath":
         if timm is not None:
             out["timm"] = lambda x: timm.drop_path(x, 0.1, training=True)
+            out["timm in model"] = then(timm.DropPath(0.1))
         if ops is not None:
             out["torchvision"] = lambda x: ops.stochastic_depth(x, 0.1, "row", training=True)
+            out["torchvision in model"] = then(ops.StochasticDepth(0.1, "row"))
     elif name == "Dropout2d":
         out["torch"] = lambda x: F.dropout2d(x, 0.1, training=True)
+        out["torch in model"] = then(nn.Dropout2d(0.1))
     elif name == "Dropout":
         out["torch"] = lambda x: F.dropout(x, 0.1, training=True)
+        out["torch in model"] = then(nn.Dropout(0.1))
     return out
 
 
@@ -76,7 +95,7 @@ def test_per_call_overhead(benchmark, name):
     with torch.no_grad():
         fns = {"plugdrop": lambda: attached(x), "bare hook": lambda: hooked(x),
                "module": lambda: plain(x)}
-        for peer, f in _peers(name).items():
+        for peer, f in _peers(name, plain).items():
             fns[peer] = (lambda f=f: f(x))
         medians = interleaved(fns, budget_s=1.5, max_rounds=2000, min_rounds=100)
     record(benchmark, f"per-call {name} {SHAPE}", medians)

@@ -56,6 +56,13 @@ def functorch_active() -> bool:
     return bool(torch._C._are_functorch_transforms_active())
 
 
+def forward_ad_active() -> bool:
+    """Whether a forward-mode AD level (``torch.autograd.forward_ad.dual_level``) is open: a
+    dual tensor may be passing through, with its tangent carried by autograd Functions even
+    where grad mode is off."""
+    return torch.autograd.forward_ad._current_level >= 0
+
+
 def compiled_frames() -> int | None:
     """How many frames dynamo has compiled in this process so far (``None`` if unknown)."""
     try:

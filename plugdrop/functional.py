@@ -19,10 +19,11 @@ step, and call the twins from the hooks.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from . import _checks, _layout
+from . import _checks, _compat, _layout
 from ._device import PerDevice
 from ._kernels import autograd as KA
 from ._kernels import cext, dense, draws, geometry
@@ -121,6 +122,14 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
                 shared_channels: bool, layout: str | None, prefix_tokens: int | None,
                 rescale: str) -> torch.Tensor:
     """:func:`drop_block` with checked settings (shapes are still checked)."""
+    plan_key = None
+    if not isinstance(p, torch.Tensor) and KA.USE_CEXT and (layout is None
+                                                            or layout == "channels_first"):
+        plan_key = (x.shape, x.stride(), x.dtype, x.device, p, blocks, shared_channels,
+                    rescale)
+        plan = _FUSED_PLANS.get(plan_key)
+        if plan is not None and not torch.compiler.is_compiling():
+            return plan(x)
     view, restore = _layout.to_channels_first(x, layout, (1, 2, 3), "drop_block",
                                                   prefix_tokens)
     if _is_zero(p):
@@ -157,8 +166,12 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
             and not torch.compiler.is_compiling()):
         # The fused kernel draws the seeds from a key taken from torch's generator: one pass
         # over x, and 16 bytes saved for the backward.
-        meta = (channels, valid, blocks, cext.thresholds(gamma))
-        return restore(KA.HashedBlockDrop.apply(view, scale, cext.draw_key(), meta))
+        plan = _FusedPlan(scale, (channels, valid, blocks, cext.thresholds(gamma)))
+        if plan_key is not None and cext.applies(x):  # what fused_applies says, unpatched
+            if len(_FUSED_PLANS) >= _FUSED_PLANS_MAX:
+                _FUSED_PLANS.clear()
+            _FUSED_PLANS[plan_key] = plan
+        return restore(plan(view))
     if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
             and channels == c):
         # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
@@ -177,6 +190,30 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
 
 
 _ONE = PerDevice(1.0)
+
+
+class _FusedPlan:
+    """What the fused kernel needs for one geometry and ``p``, decided once: applied to a
+    channels-first ``x`` (its own view), it draws a key and runs the kernel."""
+
+    def __init__(self, scale: torch.Tensor, meta: tuple[Any, ...]) -> None:
+        self.scale = scale
+        self.meta = meta
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        key = cext.draw_key()
+        if not torch.is_grad_enabled() and not _compat.forward_ad_active():
+            # Nothing to differentiate: the kernel without the autograd Function around it
+            # (the same values: the Function's forward is this call).
+            return KA.hashed_block_drop(x, self.scale, key, *self.meta)
+        return KA.HashedBlockDrop.apply(x, self.scale, key, self.meta)
+
+
+#: The fused plan of each (shape, strides, dtype, device, p, block size, shared, rescale) met on
+#: the default layout: a repeated call skips the layout checks and the geometry (what they
+#: decide depends on nothing else). Bounded: a schedule makes a new ``p`` per step.
+_FUSED_PLANS: dict[tuple[Any, ...], _FusedPlan] = {}
+_FUSED_PLANS_MAX = 256
 
 
 def _drop_block_traced(view: torch.Tensor, p: torch.Tensor, sizes: tuple[int, ...],
@@ -250,14 +287,13 @@ FUSED_MIN_NUMEL = 65536
 def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,
                scale_by_keep: bool) -> torch.Tensor:
     """A multiplier of ``shape`` in ``x``'s dtype: 0 with probability ``p``, else
-    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p`` draws it in place with
-    ``bernoulli_`` (two small ops: the fixed cost of timm's and torch's own)."""
+    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p``: two small torch calls
+    (:func:`~._kernels.draws.keep_mult`)."""
     if isinstance(p, torch.Tensor):
         dropped = draws.bernoulli(shape, p, x.device)
         mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
         return mult.to(x.dtype)
-    keep = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
-    return keep.mul_(_keep_scale(p)) if scale_by_keep else keep
+    return draws.keep_mult(shape, p, scale_by_keep, x.dtype, x.device)
 
 
 def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tensor:
@@ -274,9 +310,13 @@ def _dropout(x: torch.Tensor, p: Number) -> torch.Tensor:
     if isinstance(p, torch.Tensor):
         keep = torch.rand_like(x, dtype=torch.float32) >= p
         return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
-    keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
-    scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
-    return KA.MaskMul.apply(x, keep, scale, None)
+    if draws.use_sparse(x.numel(), p, x.device):
+        keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
+        scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
+        return KA.MaskMul.apply(x, keep, scale, None)
+    # torch's own dropout, one call: it saves a boolean mask for the backward (1 byte per
+    # element), which is differentiable again and has a forward-mode derivative.
+    return torch.native_dropout(x, p, True)[0]
 
 
 def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
@@ -320,8 +360,14 @@ def _gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch
         # The kernel draws the noise from a key taken from torch's generator: one pass.
         key = cext.draw_key()
         return KA.GaussianNoise.apply(x, key, key, (float(std), multiplicative, x.stride()))
-    noise = torch.randn_like(x) * (std.to(x.dtype) if isinstance(std, torch.Tensor) else std)
-    return x * (1.0 + noise) if multiplicative else x + noise
+    if isinstance(std, torch.Tensor):
+        noise = torch.randn_like(x) * std.to(x.dtype)
+        return x * (1.0 + noise) if multiplicative else x + noise
+    # x + std * z, x * (1 + std * z) = x + std * x * z: one op after the draw (a Python scalar
+    # operand of its own would cost a tensor wrap per call)
+    if multiplicative:
+        return torch.addcmul(x, x, torch.randn_like(x), value=std)
+    return torch.add(x, torch.randn_like(x), alpha=std)
 
 
 # ----------------------------------------------------------------------------- gradients

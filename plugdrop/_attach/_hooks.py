@@ -22,12 +22,17 @@ class _Hook:
     """Base of every module hook plugdrop registers."""
 
     where = ""
+    #: Decided at construction: a forward transform with no ``element``, so a bare tensor
+    #: value goes straight to the transform (:meth:`OutputHook.__call__`). ``False`` on the
+    #: class: a hook pickled before the attribute existed takes the general path.
+    _direct = False
 
     def __init__(self, target: Transform | Observer, name: str, element: int | str | None,
                  device: torch.device | None = None):
         self.target = target
         self.name = name
         self.element = element
+        self._direct = element is None and isinstance(target, ForwardTransform)
         # Calls in training (forward transforms) or with autograd on (gradient transforms):
         # a Python int in eager mode, a 0-dim tensor counted inside compiled graphs (no sync).
         self.calls = 0
@@ -101,6 +106,22 @@ class OutputHook(_Hook):
     where = "output"
 
     def __call__(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        # The common case, a forward transform on a bare tensor output, without the general
+        # path's checks (what they would decide is known from the hook and the value's type).
+        if self._direct and type(output) is torch.Tensor:
+            if not module.training:
+                return None
+            target: Any = self.target
+            try:
+                if torch.compiler.is_compiling():
+                    self.traced_calls.add_(1)
+                    y = target._at(self.name, output)
+                else:
+                    self.calls += 1
+                    y = target._eager_at(self.name, output)
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"{self._context(module)}: {e}") from None
+            return None if y is output else y
         return self._act(module, output, self.element)
 
 

@@ -64,3 +64,68 @@ def bernoulli(shape: tuple[int, ...], prob, device: torch.device) -> torch.Tenso
                 out.view(-1).index_fill_(0, sparse_seeds(numel, prob), True)
             return out
     return torch.rand(shape, device=device) < prob
+
+
+#: Small constant tensors by (shape or p, dtype, device), for :func:`keep_mult`: the ones masks
+#: are drawn from (by shape: a few per model) and the scales ``1 / (1 - p)`` they are multiplied
+#: by (by ``p``: a schedule makes a new one per step, hence the bound).
+_CACHE: dict[tuple[object, torch.dtype, torch.device], torch.Tensor] = {}
+_CACHE_MAX = 512
+
+
+def _cached(key: tuple[object, torch.dtype, torch.device], value: float,
+            shape: tuple[int, ...]) -> torch.Tensor:
+    t = _CACHE.get(key)
+    if t is None:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        with torch.inference_mode(False), torch.no_grad():
+            t = torch.full(shape, value, dtype=key[1], device=key[2])
+        _CACHE[key] = t
+    return t
+
+
+def keep_mult(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """A new tensor of ``shape`` and ``dtype``: 0 with probability ``p``, else ``1 / (1 - p)``
+    (1 without ``scale_by_keep``), independently per element.
+
+    Drawn by ``torch.bernoulli`` from a cached tensor of ones and scaled in place by a cached
+    0-dim tensor: two torch calls, each cheaper than its form with a fresh tensor or a Python
+    scalar (a scalar operand is wrapped into a tensor at every call). The draws are those of
+    ``torch.empty(shape).bernoulli_(1 - p)``, and the scale is applied in ``dtype`` as
+    ``mul_(1 / (1 - p))`` does; that form is used while ``torch.compile`` traces (no cache read
+    inside a graph).
+    """
+    if torch.compiler.is_compiling():
+        mult = torch.empty(shape, dtype=dtype, device=device).bernoulli_(1.0 - p)
+        return mult.mul_(1.0 / (1.0 - p)) if scale_by_keep else mult
+    return keep_mult_eager(shape, p, scale_by_keep, dtype, device)
+
+
+def keep_mult_eager(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torch.dtype,
+                    device: torch.device) -> torch.Tensor:
+    """:func:`keep_mult` for a caller that knows ``torch.compile`` is not tracing."""
+    ones = _CACHE.get((shape, dtype, device))
+    if ones is None:
+        ones = _cached((shape, dtype, device), 1.0, shape)
+    return keep_mult_from(ones, p, scale_by_keep, dtype, device)
+
+
+def ones(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The cached tensor of ones :func:`keep_mult` draws a mask of ``shape`` from (a caller
+    may keep it to skip the lookup: :func:`keep_mult_from`)."""
+    return _cached((shape, dtype, device), 1.0, shape)
+
+
+def keep_mult_from(ones: torch.Tensor, p: float, scale_by_keep: bool, dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor:
+    """:func:`keep_mult` of the shape of ``ones`` (from :func:`ones`, of ``dtype`` on
+    ``device``), eager mode."""
+    mult = torch.bernoulli(ones, 1.0 - p)
+    if scale_by_keep:
+        scale = _CACHE.get((p, dtype, device))  # keyed by p: one float key per value
+        if scale is None:
+            scale = _cached((p, dtype, device), 1.0 / (1.0 - p), ())
+        mult.mul_(scale)
+    return mult

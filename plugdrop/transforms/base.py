@@ -88,13 +88,6 @@ class _Setting:
         """The value holder of ``layer`` (the shared one for a setting not per layer)."""
         return self.layers.get(layer, self.current) if layer is not None else self.current
 
-    def read(self, device: torch.device, layer: str | None = None) -> float | torch.Tensor:
-        """The float in eager mode, the device tensor while ``torch.compile`` traces."""
-        current = self.of(layer)
-        if torch.compiler.is_compiling():
-            return current.get(device)
-        return current.value
-
 
 class Transform:
     """Base class of all transforms.
@@ -154,7 +147,12 @@ class Transform:
 
     def _values(self, device: torch.device, layer: str | None = None
                 ) -> dict[str, float | torch.Tensor]:
-        return {k: s.read(device, layer) for k, s in self._settings.items()}
+        """Each setting's current value at ``layer``: the float in eager mode (no device
+        synchronization), the 0-dim tensor on ``device`` while ``torch.compile`` traces (a
+        graph input: a changing value does not recompile)."""
+        if torch.compiler.is_compiling():
+            return {k: s.of(layer).get(device) for k, s in self._settings.items()}
+        return {k: s.of(layer).value for k, s in self._settings.items()}
 
     def _bind_layers(self, layers: list[str]) -> None:
         """Called by attach with the selected layers: per-layer settings get their values."""
@@ -199,6 +197,17 @@ class ForwardTransform(Transform):
         """Apply at the named layer (the attachment calls this)."""
         _floating(self, x)
         return self.apply(x, **self._values(x.device, layer))
+
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`_at` when the caller knows that ``torch.compile`` is not tracing (the
+        attachment's hooks, in eager mode): a transform may override it with a shorter path
+        computing the same thing; the settings are then read as floats with
+        :meth:`_eager_value`."""
+        return self._at(layer, x)
+
+    def _eager_value(self, name: str, layer: str) -> float:
+        """The current float value of setting ``name`` at ``layer`` (eager mode)."""
+        return self._settings[name].of(layer).value
 
     def _check_layer(self, name: str, module: object, model: object = None) -> None:
         """Called by attach for each selected module (and the bare model): raise early on

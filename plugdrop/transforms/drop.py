@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from .. import _checks, _layout
+from .._kernels import draws
 from .. import functional as F
 from ..errors import SettingError, ShapeError
 from ..schedules import ScheduleLike
@@ -62,6 +63,22 @@ class _Layout(ForwardTransform):
             return fn(x, self.layout, self.prefix_tokens)
         grid, restore = _layout.tokens_to_grid(x, self.grid_size, self.prefix_tokens or 0)
         return restore(fn(grid, "channels_last", None))
+
+
+#: Eager fast paths of DropPath and Dropout2d: (shape, dtype, device[, layout]) of a float
+#: input that went through the general path without raising -> the tensor of ones its mask is
+#: drawn from (:func:`draws.ones`). For Dropout2d only channels-first maps are entered, keyed
+#: by the layout setting (its checks depend on the shape and that setting only). Shared by all
+#: instances, never copied or pickled with them.
+_BATCHED: dict[tuple[Any, ...], torch.Tensor] = {}
+_CHECKED_MAPS: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def _remember(cache: dict[tuple[Any, ...], torch.Tensor], key: tuple[Any, ...],
+              shape: tuple[int, ...]) -> None:
+    if len(cache) >= 256:
+        cache.clear()
+    cache[key] = draws.ones(shape, key[1], key[2])
 
 
 #: Module types whose output maps have a known number of spatial dims.
@@ -142,6 +159,13 @@ class DropBlock(_Layout):
         return self._on_layout(x, lambda v, layout, prefix: F._drop_block(
             v, p, self.block_size, self.shared_channels, layout, prefix, self.rescale))
 
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        if x.is_floating_point() and (self.layout is None or self.layout == "channels_first"):
+            return F._drop_block(x, self._eager_value("p", layer), self.block_size,
+                                 self.shared_channels, self.layout, self.prefix_tokens,
+                                 self.rescale)
+        return self._at(layer, x)
+
 
 class Dropout2d(_Layout):
     """Drop whole channels per sample with probability ``p``; rescale by ``1 / (1 - p)``.
@@ -159,7 +183,25 @@ class Dropout2d(_Layout):
         super().__init__(layout, prefix_tokens, grid_size, p=(p, _checks.probability))
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
+        if self.layout != "tokens" or self.grid_size is None:
+            return F._dropout2d(x, p, self.layout, self.prefix_tokens)
         return self._on_layout(x, lambda v, layout, prefix: F._dropout2d(v, p, layout, prefix))
+
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        # Channels-first float maps of a shape that passed the layout checks before (they
+        # depend on the shape only): :func:`F._dropout2d`'s float path, inlined.
+        layout = self.layout
+        key = (x.shape, x.dtype, x.device, layout)
+        ones = _CHECKED_MAPS.get(key)
+        if ones is None:
+            y = self._at(layer, x)  # checks the shape, raising on a bad one
+            if x.is_floating_point() and (layout is None or layout == "channels_first"):
+                _remember(_CHECKED_MAPS, key, (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2))
+            return y
+        p = self._eager_value("p", layer)
+        if p == 0.0:
+            return x
+        return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
 
 
 class Dropout(ForwardTransform):
@@ -174,6 +216,11 @@ class Dropout(ForwardTransform):
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._dropout(x, p)
+
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        if x.is_floating_point():
+            return F._dropout(x, self._eager_value("p", layer))
+        return self._at(layer, x)
 
 
 class DropPath(ForwardTransform):
@@ -197,6 +244,21 @@ class DropPath(ForwardTransform):
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return F._drop_path(x, p, self.scale_by_keep)
+
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        # A float tensor with a batch dim, of a shape met before: :func:`F._drop_path`'s float
+        # path, inlined (the per-call cost is the few Python calls around three small ops).
+        key = (x.shape, x.dtype, x.device)
+        ones = _BATCHED.get(key)
+        if ones is None:
+            y = self._at(layer, x)  # raises on a 0-dim or integer tensor
+            if x.is_floating_point():
+                _remember(_BATCHED, key, (x.shape[0],) + (1,) * (x.dim() - 1))
+            return y
+        p = self._eager_value("p", layer)
+        if p == 0.0:
+            return x
+        return x * draws.keep_mult_from(ones, p, self.scale_by_keep, key[1], key[2])
 
 
 class DropHead(ForwardTransform):

@@ -34,3 +34,8 @@ class GaussianNoise(ForwardTransform):
 
     def apply(self, x: torch.Tensor, *, std: float | torch.Tensor) -> torch.Tensor:
         return F._gaussian_noise(x, std, self.multiplicative)
+
+    def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        if x.is_floating_point():
+            return F._gaussian_noise(x, self._eager_value("std", layer), self.multiplicative)
+        return self._at(layer, x)
