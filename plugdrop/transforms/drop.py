@@ -189,7 +189,10 @@ class Dropout2d(_Layout):
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         # Channels-first float maps of a shape that passed the layout checks before (they
-        # depend on the shape only): :func:`F._dropout2d`'s float path, inlined.
+        # depend on the shape only): :func:`F._dropout2d`'s float path, inlined. Large
+        # tensors take the general path: the fused kernel (the fixed cost does not matter).
+        if x.numel() >= F.FUSED_MIN_NUMEL:
+            return self._at(layer, x)
         layout = self.layout
         key = (x.shape, x.dtype, x.device, layout)
         ones = _CHECKED_MAPS.get(key)
