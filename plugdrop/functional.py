@@ -266,8 +266,8 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
     if _is_zero(p):
         return x
     if (not isinstance(p, torch.Tensor) and view.numel() >= FUSED_MIN_NUMEL
-            and view.dim() >= 3 and KA.fused_applies(view)
-            and not torch.compiler.is_compiling()):
+            and view.dim() >= 3 and math.prod(view.shape[2:]) < FUSED_MAX_MAP
+            and KA.fused_applies(view) and not torch.compiler.is_compiling()):
         # The DropBlock kernel with the whole map as the block: one seed per map, drawn with
         # probability p, drops the map; one pass over x (a broadcast multiply by a (B, C, 1, 1)
         # mask is slow on small maps), 16 bytes and the scale saved for the backward.
@@ -280,8 +280,11 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
 
 
 #: From this many elements, Dropout2d runs on the fused kernel (below, the fixed cost of its
-#: key and autograd Function is more than a broadcast multiply costs).
+#: key and autograd Function is more than a broadcast multiply costs) ...
 FUSED_MIN_NUMEL = 65536
+#: ... on maps of fewer than this many elements (on larger maps torch's broadcast multiply
+#: runs at the speed of ``x * x`` and the kernel's bit work would only add to it).
+FUSED_MAX_MAP = 256
 
 
 def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,
