@@ -115,14 +115,22 @@ def test_dropblock2d_per_channel_block_sizes(benchmark, shape, block):
     benchmark.pedantic(fns["plugdrop"], rounds=1, iterations=1)
 
 
-@pytest.mark.parametrize("shape", [(64, 197, 384), (256, 197, 384)], ids=_id)
-def test_drop_path_vit_tokens(benchmark, shape):
-    """DropPath on a ViT-S residual branch (tokens of a 14x14 grid plus a class token)."""
-    x = torch.randn(shape)
+def _drop_path_fns(x: torch.Tensor, torchvision: bool) -> dict:
+    """Attached DropPath on ``x``, ``x * x``, timm's ``drop_path`` and (if asked)
+    torchvision's ``stochastic_depth``."""
     m = _attached(pd.DropPath(P))
     fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
     if (timm := _timm()) is not None:
         fns["timm"] = lambda: timm.drop_path(x, P, training=True)
+    if torchvision and (ops := _torchvision_ops()) is not None:
+        fns["torchvision"] = lambda: ops.stochastic_depth(x, P, "row", training=True)
+    return fns
+
+
+@pytest.mark.parametrize("shape", [(64, 197, 384), (256, 197, 384)], ids=_id)
+def test_drop_path_vit_tokens(benchmark, shape):
+    """DropPath on a ViT-S residual branch (tokens of a 14x14 grid plus a class token)."""
+    fns = _drop_path_fns(torch.randn(shape), torchvision=False)
     record(benchmark, f"DropPath fwd ViT-S tokens {_id(shape)}", interleaved(fns))
     benchmark.pedantic(fns["plugdrop"], rounds=1, iterations=1)
 
@@ -153,13 +161,7 @@ def test_dropout2d_forward(benchmark, shape):
 
 @pytest.mark.parametrize("shape", SHAPES_2D, ids=_id)
 def test_drop_path_forward(benchmark, shape):
-    x = torch.randn(shape)
-    m = _attached(pd.DropPath(P))
-    fns = {"plugdrop": lambda: m(x), "x*x": lambda: x * x}
-    if (timm := _timm()) is not None:
-        fns["timm"] = lambda: timm.drop_path(x, P, training=True)
-    if (ops := _torchvision_ops()) is not None:
-        fns["torchvision"] = lambda: ops.stochastic_depth(x, P, "row", training=True)
+    fns = _drop_path_fns(torch.randn(shape), torchvision=True)
     record(benchmark, f"DropPath fwd {_id(shape)}", interleaved(fns))
     benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
 

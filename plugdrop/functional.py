@@ -265,8 +265,7 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
                                               prefix_tokens)
     if _is_zero(p):
         return x
-    if (not isinstance(p, torch.Tensor) and view.numel() >= FUSED_MIN_NUMEL
-            and view.dim() >= 3 and math.prod(view.shape[2:]) < FUSED_MAX_MAP
+    if (not isinstance(p, torch.Tensor) and _dropout2d_fused(view)
             and KA.fused_applies(view) and not torch.compiler.is_compiling()):
         # The DropBlock kernel with the whole map as the block: one seed per map, drawn with
         # probability p, drops the map; one pass over x (a broadcast multiply by a (B, C, 1, 1)
@@ -274,7 +273,7 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
         sizes = tuple(view.shape[2:])
         scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
         meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
-        return restore(KA.HashedBlockDrop.apply(view, scale, cext.draw_key(), meta))
+        return restore(_FusedPlan(scale, meta)(view))
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
     return restore(view * _keep_mult(view, shape, p, True))
 
@@ -285,6 +284,13 @@ FUSED_MIN_NUMEL = 65536
 #: ... on maps of fewer than this many elements (on larger maps torch's broadcast multiply
 #: runs at the speed of ``x * x`` and the kernel's bit work would only add to it).
 FUSED_MAX_MAP = 256
+
+
+def _dropout2d_fused(x: torch.Tensor) -> bool:
+    """Whether Dropout2d of channels-first ``x`` runs on the fused kernel (by its size and its
+    maps' size; the kernel's own conditions are :func:`~._kernels.autograd.fused_applies`)."""
+    return (x.dim() >= 3 and x.numel() >= FUSED_MIN_NUMEL
+            and x.numel() < FUSED_MAX_MAP * x.shape[0] * x.shape[1])
 
 
 def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,

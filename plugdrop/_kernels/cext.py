@@ -151,7 +151,7 @@ def applies(x: torch.Tensor) -> bool:
     """Whether :func:`blockdrop` can run on ``x`` (dtype, device, rank and memory layout)."""
     return (x.dtype in _DTYPES and x.device.type == "cpu" and 3 <= x.dim() <= 5
             and (x.is_contiguous() or _sample_layout(x) is not None)
-            and (_lib if _tried else library()) is not None)
+            and library() is not None)
 
 
 def draw_key() -> torch.Tensor:
@@ -250,7 +250,7 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
     n = x.dim()
     if dtype is None or x.device.type != "cpu" or n < 3 or n > 5:
         return None
-    lib = _lib if _tried else library()
+    lib = library()
     if lib is None:
         return None
     shape = x.shape

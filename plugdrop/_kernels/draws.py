@@ -100,16 +100,7 @@ def keep_mult(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torc
     if torch.compiler.is_compiling():
         mult = torch.empty(shape, dtype=dtype, device=device).bernoulli_(1.0 - p)
         return mult.mul_(1.0 / (1.0 - p)) if scale_by_keep else mult
-    return keep_mult_eager(shape, p, scale_by_keep, dtype, device)
-
-
-def keep_mult_eager(shape: tuple[int, ...], p: float, scale_by_keep: bool, dtype: torch.dtype,
-                    device: torch.device) -> torch.Tensor:
-    """:func:`keep_mult` for a caller that knows ``torch.compile`` is not tracing."""
-    ones = _CACHE.get((shape, dtype, device))
-    if ones is None:
-        ones = _cached((shape, dtype, device), 1.0, shape)
-    return keep_mult_from(ones, p, scale_by_keep, dtype, device)
+    return keep_mult_from(ones(shape, dtype, device), p, scale_by_keep, dtype, device)
 
 
 def ones(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -191,8 +191,7 @@ class Dropout2d(_Layout):
         # Channels-first float maps of a shape that passed the layout checks before (they
         # depend on the shape only): :func:`F._dropout2d`'s float path, inlined. Large
         # tensors take the general path: the fused kernel (the fixed cost does not matter).
-        if (x.numel() >= F.FUSED_MIN_NUMEL and x.dim() >= 3
-                and x[0, 0].numel() < F.FUSED_MAX_MAP):
+        if F._dropout2d_fused(x):
             return self._at(layer, x)
         layout = self.layout
         key = (x.shape, x.dtype, x.device, layout)
