@@ -264,6 +264,8 @@ def test_kernel_equals_its_reference_on_awkward_shapes(threads):
                 if len(sizes) == 2 and i % 2:
                     x = x.to(memory_format=torch.channels_last)
                 scale = (torch.rand(sizes) + 0.5).to(dtype)
+                if i % 4 == 1:  # the same scale everywhere: the kernel's constant multiply
+                    scale = torch.full(sizes, 1.25, dtype=dtype)
                 gamma = (0.02, 0.15, 0.6)[i % 3]
                 thresh, key = cext.thresholds(gamma), (1000 + i, 77 * i + 5)
                 channels = 1 if shared else shape[1]
