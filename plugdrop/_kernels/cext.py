@@ -105,6 +105,8 @@ def _build() -> ctypes.CDLL | None:
     noise.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64,
                       ctypes.c_double, ctypes.c_int]
     noise.restype = ctypes.c_int
+    lib.plugdrop_noise_isa.argtypes = [ctypes.c_int]
+    lib.plugdrop_noise_isa.restype = ctypes.c_int
     return lib
 
 

@@ -173,9 +173,22 @@ def test_every_path_is_differentiable_twice_and_forward_mode(fused, path, shared
     assert torch.equal(gx, jv)  # diagonal Jacobian: backward == forward-mode
 
 
-def test_noise_kernel_is_standard_normal_and_reproducible():
-    if cext.library() is None:
+@pytest.fixture(params=["generic", "avx512"])
+def noise_clone(request):
+    """Each clone of the noise kernel (the AVX-512 one where the CPU has it)."""
+    lib = cext.library()
+    if lib is None:
         pytest.skip("no C compiler here")
+    before = lib.plugdrop_noise_isa(-1)
+    want = int(request.param == "avx512")
+    if lib.plugdrop_noise_isa(want) != want:
+        lib.plugdrop_noise_isa(before)
+        pytest.skip("no AVX-512 on this CPU")
+    yield request.param
+    lib.plugdrop_noise_isa(before)
+
+
+def test_noise_kernel_is_standard_normal_and_reproducible(noise_clone):
     x = torch.zeros(1_000_003)
     torch.manual_seed(2)
     z = pd.functional.gaussian_noise(x, 1.0)
@@ -186,7 +199,39 @@ def test_noise_kernel_is_standard_normal_and_reproducible():
     for t in (-3.0, -2.0, -1.0, -0.5, 0.0, 0.7, 1.5, 2.5):
         phi = 0.5 * (1 + math.erf(t / math.sqrt(2)))
         assert abs((z < t).double().mean().item() - phi) < 5 * math.sqrt(phi * (1 - phi) / n)
-    assert abs((z[1:] * z[:-1]).mean().item()) < 5 / math.sqrt(n)  # the pair's two halves
+    # neighbours, and the two halves of a pair (512 elements apart)
+    for lag in (1, 256, 512):
+        assert abs((z[lag:] * z[:-lag]).mean().item()) < 5 / math.sqrt(n)
+    # a pair's radius is chi with 2 degrees of freedom: P(r**2 > t) = exp(-t / 2)
+    pairs = z[: n // 512 * 512].view(-1, 2, 256)
+    r2 = pairs.square().sum(1).flatten()
+    for t in (0.1, 1.0, 4.0, 9.0):
+        prob = math.exp(-t / 2)
+        assert abs((r2 > t).double().mean().item() - prob) < 5 * math.sqrt(prob * (1 - prob)
+                                                                          / r2.numel())
+
+
+def test_noise_kernel_clones_agree_and_thread_count_does_not_matter():
+    lib = cext.library()
+    if lib is None:
+        pytest.skip("no C compiler here")
+    x = torch.randn(3, 70_001)  # several chunks per thread, a ragged tail
+    key = torch.tensor([12345, 678], dtype=torch.int64)
+    before = lib.plugdrop_noise_isa(-1)
+    threads = torch.get_num_threads()
+    try:
+        lib.plugdrop_noise_isa(0)
+        ref = cext.noise(x, key, 0.5, False, x.stride())
+        torch.set_num_threads(1)
+        assert torch.equal(cext.noise(x, key, 0.5, False, x.stride()), ref)
+        torch.set_num_threads(max(threads, 2))
+        assert torch.equal(cext.noise(x, key, 0.5, False, x.stride()), ref)
+        if lib.plugdrop_noise_isa(1) == 1:
+            assert torch.allclose(cext.noise(x, key, 0.5, False, x.stride()), ref, rtol=0,
+                                  atol=1e-6)
+    finally:
+        torch.set_num_threads(threads)
+        lib.plugdrop_noise_isa(before)
 
 
 @pytest.mark.parametrize("multiplicative", [False, True])
