@@ -105,8 +105,8 @@ def _build() -> ctypes.CDLL | None:
     noise.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64,
                       ctypes.c_double, ctypes.c_int]
     noise.restype = ctypes.c_int
-    lib.plugdrop_noise_isa.argtypes = [ctypes.c_int]
-    lib.plugdrop_noise_isa.restype = ctypes.c_int
+    lib.plugdrop_isa.argtypes = [ctypes.c_int]
+    lib.plugdrop_isa.restype = ctypes.c_int
     return lib
 
 
@@ -168,16 +168,15 @@ def _u32(prob: float) -> int:
 @functools.lru_cache(maxsize=256)
 def thresholds(gamma: float) -> tuple[int, ...]:
     """The generator's 32-bit thresholds for seed probability ``gamma`` (see
-    ``_csrc/blockdrop.c``): a group of 8 holds a seed; its first seed is position ``j``
-    (8 of them); a later position is a seed."""
+    ``_csrc/blockdrop.c``): ``F[i]``, the chance of a seed among ``i + 1`` positions, for
+    ``i < 8``."""
     log_q = math.log1p(-gamma) if gamma < 1.0 else -math.inf
-    first = [gamma / -math.expm1((8 - j) * log_q) if gamma > 0.0 else 0.0 for j in range(8)]
-    return (_u32(-math.expm1(8 * log_q)), *map(_u32, first), _u32(gamma))
+    return tuple(_u32(-math.expm1((i + 1) * log_q)) for i in range(8))
 
 
 @functools.lru_cache(maxsize=256)
 def _thresholds_array(thresh: tuple[int, ...]) -> ctypes.Array:
-    return (ctypes.c_int64 * 10)(*thresh)
+    return (ctypes.c_int64 * 8)(*thresh)
 
 
 _M32 = 0xFFFFFFFF
@@ -202,15 +201,26 @@ def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
     flattened maps), sorted, int64: the reference definition of its generator in torch ops
     (the kernel's fallback and the tests'); :func:`grid_seeds` keeps those that are seeds."""
     k0, k1 = key
+    f = torch.tensor(thresh, dtype=torch.int64)
+    i7 = torch.arange(7)
     groups = torch.arange((total + 7) // 8, dtype=torch.int64)
-    groups = groups[_hash(groups, k0, k1) < thresh[0]]
-    n = groups[:, None] * 8 + torch.arange(8)
-    b = _hash(n, k1, k0)
-    firsts = b < torch.tensor(list(thresh[1:8]) + [2**32])  # the last position: certainly
-    first = firsts.int().argmax(1, keepdim=True)
-    j = torch.arange(8)
-    seed = (j == first) | ((j > first) & (b < thresh[9]))
-    n = n[seed]
+    u = _hash(groups, k0, k1)
+    hit = u < f[7]
+    groups, u = groups[hit], u[hit]
+    pos = (u[:, None] >= f[:7]).sum(1)  # step 0: the first seed of each group
+    found = [groups * 8 + pos]
+    alive = pos < 7
+    for t in range(1, 8):  # geometric skips: step t draws B(8 g + t)
+        if not bool(alive.any()):
+            break
+        u = _hash(groups * 8 + t, k1, k0)
+        r1 = (6 - pos).clamp(min=0)  # positions left, minus one
+        hit = alive & (u < f[r1])
+        pos = torch.where(hit, pos + 1 + ((u[:, None] >= f[:7]) & (i7 < r1[:, None])).sum(1),
+                          pos)
+        found.append((groups * 8 + pos)[hit])
+        alive = hit & (pos < 7)
+    n = torch.cat(found).sort().values
     return n[n < total]
 
 

@@ -10,6 +10,7 @@ DropBlock slower, and ``p`` stays a graph input (one graph for a whole ramp). Th
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -24,18 +25,28 @@ def block_drop(x: torch.Tensor, p: torch.Tensor, key: torch.Tensor, channels: in
                blocks: list[int], expected: bool) -> torch.Tensor:
     """``x`` with DropBlock applied at probability ``p`` (the fused kernel, seeds drawn from
     ``key``); ``expected``: rescale by the inverse keep probability, else not at all."""
-    sizes = tuple(x.shape[2:])
-    bl = tuple(blocks)
-    q = geometry.solve_keep(float(p), sizes, bl)
-    if expected:
-        scale = geometry.scale_map(q, sizes, bl, x.device, torch.float32)
-    else:
-        scale = torch.ones((), dtype=torch.float32)
-    valid = tuple(s - b + 1 for s, b in zip(sizes, bl))
-    thresh = cext.thresholds(1.0 - q)
+    scale, valid, bl, thresh = _plan(float(p), tuple(x.shape[2:]), tuple(blocks), expected,
+                                     x.dtype)
     if math.prod(valid) == 0:  # pragma: no cover - blocks are clipped to the map
         return x * scale
     return KA.hashed_block_drop(x, scale, key, channels, valid, bl, thresh)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(p: float, sizes: tuple[int, ...], blocks: tuple[int, ...], expected: bool,
+          dtype: torch.dtype) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...],
+                                       tuple[int, ...]]:
+    """What the kernel needs for one ``p`` and geometry (the scale map in ``dtype``, the valid
+    seed grid, the thresholds), computed once: a compiled graph calls the op every step, and
+    at a constant ``p`` (after a ramp) each call would otherwise rebuild them (about 60 us)."""
+    q = geometry.solve_keep(p, sizes, blocks)
+    if expected:
+        scale = geometry.scale_map(q, sizes, blocks, torch.device("cpu"), torch.float32)
+        scale = scale.to(dtype).expand(sizes).contiguous()
+    else:
+        scale = torch.ones(sizes, dtype=dtype)
+    valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
+    return scale, valid, blocks, cext.thresholds(1.0 - q)
 
 
 @block_drop.register_fake

@@ -4,6 +4,7 @@ the sparse and dense seed draws give the same statistics; the backward saves lit
 import math
 
 import pytest
+from scipy import stats
 import torch
 
 import plugdrop as pd
@@ -58,6 +59,30 @@ def test_kernel_generator_is_a_bernoulli_process(g):
     pairs = torch.isin(s + 1, s).sum().item()
     expect = 2_000_000 * g * g
     assert abs(pairs - expect) < 5 * math.sqrt(expect) + 1
+
+
+@pytest.mark.parametrize("g", [0.01, 0.1, 0.3])
+def test_kernel_generator_groups_of_8_hold_binomial_counts(g):
+    # The generator works in groups of 8 positions (a first seed, then geometric skips): the
+    # joint law inside a group must still be 8 independent draws. Chi-square tests of the
+    # seeds per group (Binomial(8, g)) and of the position of the seeds within the group.
+    n = 4_000_000
+    s = cext.hashed_seeds((11, 3), cext.thresholds(g), n)
+    per_group = torch.bincount(torch.bincount(s // 8, minlength=n // 8), minlength=9).double()
+    expect = torch.tensor([stats.binom.pmf(k, 8, g) for k in range(9)]) * (n // 8)
+    keep = expect > 5  # pool the rare counts (chi-square needs expected counts above ~5)
+    obs, exp = per_group[keep], expect[keep]
+    if not keep.all():
+        obs = torch.cat([obs, per_group[~keep].sum().view(1)])
+        exp = torch.cat([exp, expect[~keep].sum().view(1)])
+    assert stats.chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()
+                           ).pvalue > 1e-4
+    at = torch.bincount(s % 8, minlength=8).double()
+    assert stats.chisquare(at.numpy()).pvalue > 1e-4
+    # two positions of the same group: seeds at j and j + 3 together with probability g**2
+    both = torch.isin(s[s % 8 < 5] + 3, s).sum().item()
+    expect_both = n * 5 / 8 * g * g
+    assert abs(both - expect_both) < 5 * math.sqrt(expect_both)
 
 
 @pytest.mark.parametrize("shape,block", [((300, 8, 14, 14), 7), ((300, 8, 7, 7), 7),
@@ -174,21 +199,21 @@ def test_every_path_is_differentiable_twice_and_forward_mode(fused, path, shared
 
 
 @pytest.fixture(params=["generic", "avx512"])
-def noise_clone(request):
-    """Each clone of the noise kernel (the AVX-512 one where the CPU has it)."""
+def clone(request):
+    """Each clone of the kernel's vectorized loops (the AVX-512 one where the CPU has it)."""
     lib = cext.library()
     if lib is None:
         pytest.skip("no C compiler here")
-    before = lib.plugdrop_noise_isa(-1)
+    before = lib.plugdrop_isa(-1)
     want = int(request.param == "avx512")
-    if lib.plugdrop_noise_isa(want) != want:
-        lib.plugdrop_noise_isa(before)
+    if lib.plugdrop_isa(want) != want:
+        lib.plugdrop_isa(before)
         pytest.skip("no AVX-512 on this CPU")
     yield request.param
-    lib.plugdrop_noise_isa(before)
+    lib.plugdrop_isa(before)
 
 
-def test_noise_kernel_is_standard_normal_and_reproducible(noise_clone):
+def test_noise_kernel_is_standard_normal_and_reproducible(clone):
     x = torch.zeros(1_000_003)
     torch.manual_seed(2)
     z = pd.functional.gaussian_noise(x, 1.0)
@@ -217,21 +242,21 @@ def test_noise_kernel_clones_agree_and_thread_count_does_not_matter():
         pytest.skip("no C compiler here")
     x = torch.randn(3, 70_001)  # several chunks per thread, a ragged tail
     key = torch.tensor([12345, 678], dtype=torch.int64)
-    before = lib.plugdrop_noise_isa(-1)
+    before = lib.plugdrop_isa(-1)
     threads = torch.get_num_threads()
     try:
-        lib.plugdrop_noise_isa(0)
+        lib.plugdrop_isa(0)
         ref = cext.noise(x, key, 0.5, False, x.stride())
         torch.set_num_threads(1)
         assert torch.equal(cext.noise(x, key, 0.5, False, x.stride()), ref)
         torch.set_num_threads(max(threads, 2))
         assert torch.equal(cext.noise(x, key, 0.5, False, x.stride()), ref)
-        if lib.plugdrop_noise_isa(1) == 1:
+        if lib.plugdrop_isa(1) == 1:
             assert torch.allclose(cext.noise(x, key, 0.5, False, x.stride()), ref, rtol=0,
                                   atol=1e-6)
     finally:
         torch.set_num_threads(threads)
-        lib.plugdrop_noise_isa(before)
+        lib.plugdrop_isa(before)
 
 
 @pytest.mark.parametrize("multiplicative", [False, True])
@@ -293,10 +318,11 @@ def _kernel_cases():
 
 @needs_cext
 @pytest.mark.parametrize("threads", [1, 2])
-def test_kernel_equals_its_reference_on_awkward_shapes(threads):
+def test_kernel_equals_its_reference_on_awkward_shapes(threads, clone):
     # Bit for bit: the kernel against the generator's torch-op definition (hashed_seeds,
     # grid_seeds) and the torch-op block zeroing, channels-first and channels-last, shared
-    # and not, float32 and float64, on one thread and two (the work split in groups of maps).
+    # and not, float32 and float64, on one thread and two (the work split in groups of maps),
+    # with each clone of the draws (generic and AVX-512).
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

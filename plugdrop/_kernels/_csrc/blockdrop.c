@@ -14,15 +14,17 @@
  * groups of 8 positions (8g .. 8g + 7) with two counter-based hashes of 64-bit counters,
  *     A(n) = mix(mix(lo(n) ^ k0) ^ hi(n) ^ k1),   B(n) = mix(mix(lo(n) ^ k1) ^ hi(n) ^ k0),
  * where mix is Wellons' "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d;
- * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16):
- *   - group g holds a seed iff A(g) < round((1 - (1 - gamma)**8) * 2**32);
- *   - if so, its first seed is the first j with B(8g + j) < round(gamma / (1 - (1 - gamma)**(8 - j))
- *     * 2**32) (certainly j = 7 if none before), and each later position j is a seed iff
- *     B(8g + j) < round(gamma * 2**32).
+ * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16), and the thresholds
+ * F[i] = round((1 - (1 - gamma)**(i + 1)) * 2**32), i < 8 (the chance of a seed among i + 1
+ * positions), by geometric skips:
+ *   - step 0: u = A(g); group g holds a seed iff u < F[7]; if so its first seed is at
+ *     pos = #{i < 7: u >= F[i]};
+ *   - step t = 1, 2, ... while pos < 7: u = B(8g + t), r = 7 - pos positions are left; there
+ *     is another seed iff u < F[r - 1], at pos + 1 + #{i < r - 1: u >= F[i]}; else stop.
  * That is exactly the law of 8 independent Bernoulli(gamma) draws (to 2**-32), at one hash per
- * 8 positions plus 8 per group that holds a seed; groups without a position whose block fits
- * are not drawn at all. plugdrop/_kernels/cext.py has the same definition in torch ops (the
- * reference: hashed_seeds, then grid_seeds).
+ * 8 positions plus one per seed, and the steps of 8 groups run as one vector; groups without
+ * a position whose block fits are not drawn at all. plugdrop/_kernels/cext.py has the same
+ * definition in torch ops (the reference: hashed_seeds, then grid_seeds).
  *
  * Layout of one sample (the batch stride may differ between x and out):
  *   channels_last == 0:  [C][D][H][W]   (maps contiguous)
@@ -51,27 +53,10 @@ static inline uint32_t mix(uint32_t x) {
 
 /* 8 lanes of 32 bits (GCC and clang vector extensions): one AVX2 register */
 typedef uint32_t v8u __attribute__((vector_size(32)));
-static const v8u iota8 = {0, 1, 2, 3, 4, 5, 6, 7};
-static const v8u bit8 __attribute__((unused)) = {1, 2, 4, 8, 16, 32, 64, 128};
 
 static inline v8u mix8(v8u x) {
     x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
     return x;
-}
-
-/* Bit j set iff a[j] < b[j] (unsigned), j < 8 */
-static inline uint32_t lanes_lt(v8u a, v8u b) {
-#ifdef __AVX2__
-    const __m256i bias = _mm256_set1_epi32((int)0x80000000U);
-    const __m256i lt = _mm256_cmpgt_epi32(_mm256_xor_si256((__m256i)b, bias),
-                                          _mm256_xor_si256((__m256i)a, bias));
-    return (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(lt));
-#else
-    const v8u t = (v8u)(a < b) & bit8;
-    uint32_t m = 0;
-    for (int j = 0; j < 8; ++j) m |= t[j];
-    return m;
-#endif
 }
 
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -93,24 +78,189 @@ __attribute__((constructor)) static void init_tables(void) {
 
 typedef struct {
     uint32_t k0, k1;
-    uint32_t any;       /* a group of 8 positions holds a seed iff A(group) < any */
-    v8u first8;         /* given that, position j is its first seed iff B(8 group + j) < first[j] */
-    uint32_t each;      /* after the first seed, position j is a seed iff B(8 group + j) < each */
-    v8u each8;          /* each in every lane */
+    uint32_t any;       /* F[7]: a group of 8 positions holds a seed iff A(group) < any */
+    v8u F;              /* F[i], i < 8: the chance of a seed among i + 1 positions, * 2**32 */
 } rng_t;
 
 static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
     return mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
 }
 
-/* The seeds of the group of 8 positions n0 .. n0 + 7 (n0 a multiple of 8) that holds at
- * least one, as a bit mask (bit j: position n0 + j): 8 hashes in one vector. */
-static inline uint32_t group_seeds(const rng_t *g, uint64_t n0) {
-    const uint32_t l0 = (uint32_t)n0, h0 = (uint32_t)(n0 >> 32) ^ g->k0;
-    const v8u b = mix8(mix8((l0 + iota8) ^ g->k1) ^ h0);
-    const uint32_t firsts = lanes_lt(b, g->first8) | 0x80, each = lanes_lt(b, g->each8);
-    const int f = __builtin_ctz(firsts);
-    return (1u << f) | (each & ~((2u << f) - 1u));
+/* The draws, written as loops over groups that the compiler vectorizes; each has a generic
+ * clone and, on x86-64 with GCC, an AVX-512 clone (16 lanes), picked at run time. */
+
+/* flag[i] = A(lo + i + 2**32 hi) < any for i < len (lo + len does not wrap; hk = hi ^ k1) */
+static inline __attribute__((always_inline)) void flags_body(uint8_t *restrict flag, uint32_t lo,
+                                                             uint32_t hk, uint32_t k0,
+                                                             uint32_t any, int64_t len) {
+    for (int64_t i = 0; i < len; ++i) flag[i] = mix(mix((lo + (uint32_t)i) ^ k0) ^ hk) < any;
+}
+
+/* flag[i] = A(lo + idx[i] + 2**32 hi) < any for i < len (no lo + idx[i] wraps) */
+static inline __attribute__((always_inline)) void flags_listed_body(
+    uint8_t *restrict flag, const uint32_t *restrict idx, uint32_t lo, uint32_t hk, uint32_t k0,
+    uint32_t any, int64_t len) {
+    for (int64_t i = 0; i < len; ++i) flag[i] = mix(mix((lo + idx[i]) ^ k0) ^ hk) < any;
+}
+
+/* Steps 0 and 1 of groups gbase + off[k], k < n, each of which holds a seed: bits[k] gets their
+ * seeds (bit j: position 8 g + j), state[k] the position of the last one if step 2 must run
+ * (else 0xff). Only positions up to lim[k] are wanted: step 2 does not run past it. */
+static inline __attribute__((always_inline)) void steps_body(
+    const rng_t *restrict g, uint64_t gbase, const uint32_t *restrict off,
+    const uint32_t *restrict lim, uint32_t n, uint32_t *restrict bits,
+    uint32_t *restrict state) {
+    const uint32_t k0 = g->k0, k1 = g->k1, lo0 = (uint32_t)gbase, hi0 = (uint32_t)(gbase >> 32);
+    uint32_t F[8];
+    memcpy(F, &g->F, sizeof F);
+    for (uint32_t k = 0; k < n; ++k) {
+        const uint32_t glo = lo0 + off[k], ghi = hi0 + (glo < lo0);
+        const uint32_t a = mix(mix(glo ^ k0) ^ ghi ^ k1);
+        /* the inner loops over i written out, so that the loop over groups vectorizes */
+#define POS_TERM(i) (a >= F[i])
+        const uint32_t pos = POS_TERM(0) + POS_TERM(1) + POS_TERM(2) + POS_TERM(3) +
+                             POS_TERM(4) + POS_TERM(5) + POS_TERM(6);
+        const uint32_t u = mix(mix(((glo << 3) + 1) ^ k1) ^ ((ghi << 3) | (glo >> 29)) ^ k0);
+        const uint32_t r1 = 6 - pos; /* positions left, minus one (wraps if pos == 7) */
+#define THR_TERM(i) (r1 == i ? F[i] : 0)
+#define SKIP_TERM(i) ((u >= F[i]) & (i < r1))
+        const uint32_t thr = THR_TERM(0) | THR_TERM(1) | THR_TERM(2) | THR_TERM(3) |
+                             THR_TERM(4) | THR_TERM(5) | THR_TERM(6);
+        const uint32_t skip = SKIP_TERM(0) + SKIP_TERM(1) + SKIP_TERM(2) + SKIP_TERM(3) +
+                              SKIP_TERM(4) + SKIP_TERM(5) + SKIP_TERM(6);
+#undef POS_TERM
+#undef THR_TERM
+#undef SKIP_TERM
+        const uint32_t hit = u < thr, pos2 = pos + 1 + skip;
+        bits[k] = (1u << pos) | (hit << (pos2 & 7));
+        state[k] = hit & (pos2 < lim[k]) ? pos2 : 0xff;
+    }
+}
+
+typedef void (*flags_fn)(uint8_t *restrict, uint32_t, uint32_t, uint32_t, uint32_t, int64_t);
+typedef void (*flags_listed_fn)(uint8_t *restrict, const uint32_t *restrict, uint32_t, uint32_t,
+                                uint32_t, uint32_t, int64_t);
+typedef void (*steps_fn)(const rng_t *restrict, uint64_t, const uint32_t *restrict,
+                         const uint32_t *restrict, uint32_t, uint32_t *restrict,
+                         uint32_t *restrict);
+
+static void flags_base(uint8_t *restrict flag, uint32_t lo, uint32_t hk, uint32_t k0,
+                       uint32_t any, int64_t len) {
+    flags_body(flag, lo, hk, k0, any, len);
+}
+static void flags_listed_base(uint8_t *restrict flag, const uint32_t *restrict idx, uint32_t lo,
+                              uint32_t hk, uint32_t k0, uint32_t any, int64_t len) {
+    flags_listed_body(flag, idx, lo, hk, k0, any, len);
+}
+static void steps_base(const rng_t *restrict g, uint64_t gbase, const uint32_t *restrict off,
+                       const uint32_t *restrict lim, uint32_t n, uint32_t *restrict bits,
+                       uint32_t *restrict state) {
+    steps_body(g, gbase, off, lim, n, bits, state);
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define HAVE_AVX512_CLONES 1
+#define AVX512_TARGET \
+    __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma,prefer-vector-width=512")))
+AVX512_TARGET static void flags_avx512(uint8_t *restrict flag, uint32_t lo, uint32_t hk,
+                                       uint32_t k0, uint32_t any, int64_t len) {
+    flags_body(flag, lo, hk, k0, any, len);
+}
+AVX512_TARGET static void flags_listed_avx512(uint8_t *restrict flag,
+                                              const uint32_t *restrict idx, uint32_t lo,
+                                              uint32_t hk, uint32_t k0, uint32_t any,
+                                              int64_t len) {
+    flags_listed_body(flag, idx, lo, hk, k0, any, len);
+}
+AVX512_TARGET static void steps_avx512(const rng_t *restrict g, uint64_t gbase,
+                                       const uint32_t *restrict off,
+                                       const uint32_t *restrict lim, uint32_t n,
+                                       uint32_t *restrict bits, uint32_t *restrict state) {
+    steps_body(g, gbase, off, lim, n, bits, state);
+}
+#endif
+
+/* The clones in use: 0 generic, 1 AVX-512; -1 until the first call picks the best */
+static int isa = -1;
+static flags_fn flags_impl = flags_base;
+static flags_listed_fn flags_listed_impl = flags_listed_base;
+static steps_fn steps_impl = steps_base;
+
+static int avx512_supported(void) {
+#ifdef HAVE_AVX512_CLONES
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+#else
+    return 0;
+#endif
+}
+
+static void set_isa(int want) {
+    isa = want == 1 && avx512_supported();
+#ifdef HAVE_AVX512_CLONES
+    flags_impl = isa ? flags_avx512 : flags_base;
+    flags_listed_impl = isa ? flags_listed_avx512 : flags_listed_base;
+    steps_impl = isa ? steps_avx512 : steps_base;
+#endif
+}
+
+/* Pick the clones (want = 0 or 1; 1 falls back to 0 where AVX-512 is missing), or query them
+ * (want = -1). Returns the clones in use. For tests: both draw the same seeds and noise. */
+int plugdrop_isa(int want) {
+    if (want >= 0) set_isa(want);
+    else if (isa < 0) set_isa(avx512_supported());
+    return isa;
+}
+
+/* The seeds after step 1 of group grp, whose last seed so far is at pos < 7 (steps 2 .. 7),
+ * up to position lim */
+static uint32_t later_seeds(const rng_t *g, uint64_t grp, uint32_t pos, uint32_t lim) {
+    uint32_t bits = 0;
+    for (uint64_t n = grp * 8 + 2; pos < lim; ++n) {
+        const uint32_t u = mix(mix((uint32_t)n ^ g->k1) ^ (uint32_t)(n >> 32) ^ g->k0);
+        const uint32_t r1 = 6 - pos;
+        if (u >= g->F[r1]) break;
+        uint32_t skip = 0;
+        for (uint32_t i = 0; i < r1; ++i) skip += u >= g->F[i];
+        pos += 1 + skip;
+        bits |= 1u << pos;
+    }
+    return bits;
+}
+
+/* The seeds of groups gbase + off[k], k < n <= CHUNK, each of which holds at least one, as
+ * out[off[k]] = their byte (bit j: position 8 g + j), exact up to position lim[k] (later
+ * ones may be missing). off and lim have room for n rounded up to a
+ * multiple of 16: the vector loop runs over whole vectors (a scalar remainder of this loop
+ * costs more than the padding). */
+static void seeds_listed(const rng_t *g, uint64_t gbase, uint32_t *off, uint32_t *lim,
+                         uint32_t n, uint8_t *out) {
+    uint32_t bits[CHUNK + 16], state[CHUNK + 16];
+    const uint32_t n16 = (n + 15) & ~15U;
+    for (uint32_t k = n; k < n16; ++k) off[k] = lim[k] = 0;
+    steps_impl(g, gbase, off, lim, n16, bits, state);
+    for (uint32_t k = 0; k < n; ++k) {
+        uint32_t b = bits[k];
+        if (state[k] != 0xff) b |= later_seeds(g, gbase + off[k], state[k], lim[k]);
+        out[off[k]] = (uint8_t)b;
+    }
+}
+
+/* The seeds of one group g that holds at least one (bit j: position 8 g + j) */
+static inline uint32_t group_seeds(const rng_t *g, uint64_t grp) {
+    uint32_t off[16] = {0}, lim[16] = {7};
+    uint8_t b;
+    seeds_listed(g, grp, off, lim, 1, &b);
+    return b;
+}
+
+/* the highest set bit of a nonzero byte */
+static inline uint32_t last_bit(uint8_t b) { return 31U - (uint32_t)__builtin_clz(b); }
+
+/* bit j of the result: byte j of w (each 0 or 1) */
+static inline uint32_t byte_bits(uint64_t w) {
+    return (uint32_t)((w * 0x0102040810204080ULL) >> 56);
 }
 
 /* Successful draws among positions first .. first + count - 1, as offsets from first, into
@@ -139,7 +289,7 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
                 const int64_t grp = c0 + i + (__builtin_ctzll(w) >> 3);
                 w &= w - 1;
                 const uint64_t n0 = (uint64_t)grp * 8;
-                uint32_t seeds = group_seeds(g, n0);
+                uint32_t seeds = group_seeds(g, (uint64_t)grp);
                 while (seeds) {
                     const int64_t n = (int64_t)n0 + __builtin_ctz(seeds);
                     seeds &= seeds - 1;
@@ -152,78 +302,85 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
 }
 
 /* The seeds of groups g0 .. g0 + ng - 1 as one byte per group (bit j: position 8g + j) into
- * out, without a branch per seed: one vector of 8 hashes decides for 8 groups whether each
- * holds a seed, the groups that do are listed by a table (branch-free), then hashed. With
- * live given (bit k: group g0 + k), a group whose live bit is 0 is not drawn (its byte is 0):
- * the caller ignores those positions anyway. */
+ * out, without a branch per seed: a vectorized loop decides for a chunk of groups whether each
+ * holds a seed, the groups that do are listed by a table (branch-free), then drawn 8 or 16 at
+ * a time (seeds_listed). With live given (bit k: group g0 + k), a group whose live bit is 0 is
+ * not drawn (its byte is 0): the caller ignores those positions anyway; with vbytes given
+ * (byte k: the positions of group g0 + k the caller uses), bits past the last of those may be
+ * missing. */
 static void draw_bytes(const rng_t *g, int64_t g0, int64_t ng, const uint8_t *live,
-                       uint8_t *out) {
-    uint8_t idx[CHUNK + 8];
+                       const uint8_t *vbytes, uint8_t *out) {
+    uint8_t flag[CHUNK + 8], idx[CHUNK + 8];
+    uint32_t off[CHUNK + 16], lim[CHUNK + 16];
     const uint32_t k0 = g->k0, k1 = g->k1;
-    const v8u any = (v8u){0} + g->any;
     for (int64_t c0 = 0; c0 < ng; c0 += CHUNK) {
         const int64_t len = ng - c0 < CHUNK ? ng - c0 : CHUNK;
         const int64_t gc = g0 + c0;
         const uint32_t lo = (uint32_t)gc, hk = (uint32_t)((uint64_t)gc >> 32) ^ k1;
-        const int wraps = (uint64_t)lo + (uint64_t)len + 8 > ((uint64_t)1 << 32);
+        if ((uint64_t)lo + (uint64_t)len <= ((uint64_t)1 << 32)) {
+            flags_impl(flag, lo, hk, k0, g->any, len);
+        } else { /* the chunk straddles a multiple of 2**32 */
+            for (int64_t i = 0; i < len; ++i)
+                flag[i] = hash_a((uint64_t)(gc + i), k0, k1) < g->any;
+        }
+        memset(flag + len, 0, 8);
         uint32_t n = 0;
         for (int64_t i = 0; i < len; i += 8) {
-            uint32_t m;
-            if (!wraps) {
-                m = lanes_lt(mix8(mix8((lo + (uint32_t)i + iota8) ^ k0) ^ hk), any);
-            } else { /* the chunk straddles a multiple of 2**32 */
-                m = 0;
-                for (int j = 0; j < 8; ++j)
-                    m |= (uint32_t)(hash_a((uint64_t)(gc + i + j), k0, k1) < g->any) << j;
-            }
-            if (len - i < 8) m &= (1u << (len - i)) - 1u;
+            uint64_t fw;
+            memcpy(&fw, flag + i, 8);
+            uint32_t m = byte_bits(fw);
             if (live) m &= live[(c0 + i) >> 3];
             const uint64_t w = compact[m] + (uint64_t)i * 0x0101010101010101ULL;
             memcpy(idx + n, &w, 8);
             n += (uint32_t)__builtin_popcount(m);
         }
         memset(out + c0, 0, (size_t)len);
-        for (uint32_t k = 0; k < n; ++k)
-            out[c0 + idx[k]] = (uint8_t)group_seeds(g, (uint64_t)(gc + idx[k]) * 8);
+        for (uint32_t k = 0; k < n; ++k) {
+            off[k] = idx[k];
+            lim[k] = vbytes ? last_bit(vbytes[c0 + idx[k]]) : 7;
+        }
+        seeds_listed(g, (uint64_t)gc, off, lim, n, out + c0);
     }
 }
 
 /* draw_bytes for the listed groups only: groups g0 + idx[k] (idx ascending, k < nl, each below
- * ng) get their byte of seeds in out[idx[k]]; out[0 .. ng - 1] is cleared first. Where few
+ * ng) get their byte of seeds in out[idx[k]], exact at the positions set in vbytes[idx[k]]
+ * (later bits may be missing); out[0 .. ng - 1] is cleared first. Where few
  * groups can hold a valid position (large blocks on small maps), this skips the others'
  * hashes. */
 static void draw_listed(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx, int64_t nl,
-                        uint8_t *out) {
-    uint32_t hit[CHUNK + 8];
+                        const uint8_t *vbytes, uint8_t *out) {
+    uint8_t flag[CHUNK + 8];
+    uint32_t hit[CHUNK + 16], lim[CHUNK + 16];
     const uint32_t k0 = g->k0, k1 = g->k1;
-    const v8u any = (v8u){0} + g->any;
     memset(out, 0, (size_t)ng);
     while (nl > 0 && idx[nl - 1] >= ng) --nl;
     const uint32_t lo = (uint32_t)g0, hk = (uint32_t)((uint64_t)g0 >> 32) ^ k1;
-    const int wraps = (uint64_t)lo + (uint64_t)ng + 8 > ((uint64_t)1 << 32);
+    const int wraps = (uint64_t)lo + (uint64_t)ng > ((uint64_t)1 << 32);
     for (int64_t c0 = 0; c0 < nl; c0 += CHUNK) {
         const int64_t len = nl - c0 < CHUNK ? nl - c0 : CHUNK;
+        if (!wraps) {
+            flags_listed_impl(flag, idx + c0, lo, hk, k0, g->any, len);
+        } else { /* the groups straddle a multiple of 2**32 */
+            for (int64_t i = 0; i < len; ++i)
+                flag[i] = hash_a((uint64_t)g0 + idx[c0 + i], k0, k1) < g->any;
+        }
+        memset(flag + len, 0, 8);
         uint32_t n = 0;
         for (int64_t i = 0; i < len; i += 8) {
-            uint32_t m;
-            v8u iv;
-            memcpy(&iv, idx + c0 + i, 32); /* idx is padded by 8 entries */
-            if (!wraps) {
-                m = lanes_lt(mix8(mix8((lo + iv) ^ k0) ^ hk), any);
-            } else {
-                m = 0;
-                for (int j = 0; j < 8; ++j)
-                    m |= (uint32_t)(hash_a((uint64_t)g0 + iv[j], k0, k1) < g->any) << j;
-            }
-            if (len - i < 8) m &= (1u << (len - i)) - 1u;
-            uint64_t w = compact[m];
-            for (int j = 0; j < 8; ++j) hit[n + j] = (uint32_t)(c0 + i) + (uint32_t)(w >> (8 * j) & 0xff);
+            uint64_t fw;
+            memcpy(&fw, flag + i, 8);
+            const uint32_t m = byte_bits(fw);
+            const uint64_t w = compact[m];
+            for (int j = 0; j < 8; ++j)
+                hit[n + j] = (uint32_t)(c0 + i) + (uint32_t)(w >> (8 * j) & 0xff);
             n += (uint32_t)__builtin_popcount(m);
         }
         for (uint32_t k = 0; k < n; ++k) {
-            const uint32_t grp = idx[hit[k]];
-            out[grp] = (uint8_t)group_seeds(g, ((uint64_t)g0 + grp) * 8);
+            hit[k] = idx[hit[k]];
+            lim[k] = last_bit(vbytes[hit[k]]);
         }
+        seeds_listed(g, (uint64_t)g0, hit, lim, n, out);
     }
 }
 
@@ -360,6 +517,24 @@ static void apply_uniform_f32(const float *restrict xm, float *restrict om, floa
     }
 }
 
+/* om[i] = xm[i] * s, i < len; zeros (x not read) if s == 0 */
+static void scale_run_f32(const float *restrict xm, float *restrict om, float s, int64_t len) {
+    if (s == 0.0f) {
+        memset(om, 0, (size_t)len * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < len; ++i) om[i] = xm[i] * s;
+}
+
+static void scale_run_f64(const double *restrict xm, double *restrict om, double s,
+                          int64_t len) {
+    if (s == 0.0) {
+        memset(om, 0, (size_t)len * sizeof(double));
+        return;
+    }
+    for (int64_t i = 0; i < len; ++i) om[i] = xm[i] * s;
+}
+
 static void apply_f64(const double *restrict xm, double *restrict om,
                       const double *restrict scale, const uint64_t *mask, int64_t off,
                       int64_t S) {
@@ -467,10 +642,35 @@ static void channels_first(job_t *job, int dtype) {
              * starts at bit 0 */
             const int64_t nb = (n * S + 7) / 8;
             if (use_list)
-                draw_listed(&job->rng, u * S / 8, nb, listed, nl, (uint8_t *)mask);
+                draw_listed(&job->rng, u * S / 8, nb, listed, nl, (const uint8_t *)valid,
+                            (uint8_t *)mask);
             else
-                draw_bytes(&job->rng, u * S / 8, nb, live, (uint8_t *)mask);
+                draw_bytes(&job->rng, u * S / 8, nb, live, (const uint8_t *)valid, (uint8_t *)mask);
             memset((uint8_t *)mask + nb, 0, (size_t)(nw * 8 - nb));
+            if (whole && uniform) {
+                /* Maps dropped whole or scaled by one number (Dropout2d, blocks as large as
+                 * the map): runs of consecutive maps in the same state, zero-filled without
+                 * reading x or multiplied by a constant; no bit arrays. */
+                for (int64_t k = 0; k < n;) {
+                    const int64_t m = u + k, b = m / C, c = m - b * C;
+                    const uint64_t drop = mask[(k * S) >> 6] >> ((k * S) & 63) & 1;
+                    int64_t run = 1;
+                    while (run < C - c && k + run < n &&
+                           (mask[((k + run) * S) >> 6] >> (((k + run) * S) & 63) & 1) == drop)
+                        ++run;
+                    if (dtype == 0)
+                        scale_run_f32((const float *)job->x + b * job->x_bstride + c * S,
+                                      (float *)job->out + b * job->out_bstride + c * S,
+                                      drop ? 0.0f : ((const float *)job->scale)[0], run * S);
+                    else
+                        scale_run_f64((const double *)job->x + b * job->x_bstride + c * S,
+                                      (double *)job->out + b * job->out_bstride + c * S,
+                                      drop ? 0.0 : ((const double *)job->scale)[0], run * S);
+                    k += run;
+                }
+                u += n;
+                continue;
+            }
             if (whole) { /* the block is the map: a map with a seed (at 0) is dropped whole */
                 memset(tmp, 0, (size_t)nw * 8);
                 for (int64_t k = 0; k < n; ++k)
@@ -495,7 +695,7 @@ static void channels_first(job_t *job, int dtype) {
                     const int64_t first = b * S, sh = first & 7, nb = (sh + S + 7) / 8;
                     const int64_t mw = (S + 63) / 64;
                     uint64_t *raw = smask + 2 * sw, *m0 = smask, *m1 = smask + sw;
-                    draw_bytes(&job->rng, first >> 3, nb, NULL, (uint8_t *)raw);
+                    draw_bytes(&job->rng, first >> 3, nb, NULL, NULL, (uint8_t *)raw);
                     memset((uint8_t *)raw + nb, 0, (size_t)((sw + 1) * 8 - nb));
                     for (int64_t j = 0; j < mw; ++j)
                         m0[j] = ((raw[j] >> sh) | (sh ? raw[j + 1] << (64 - sh) : 0)) & valid[j];
@@ -590,6 +790,7 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
                        int64_t out_bstride, int64_t C, int64_t D, int64_t H, int64_t W,
                        int64_t bd, int64_t bh, int64_t bw, int channels_last, int shared) {
     void (*kernel)(job_t *) = dtype == 0 ? kernel_f32 : kernel_f64;
+    plugdrop_isa(-1); /* pick the clones before any thread runs */
     const int64_t units = channels_last ? B : B * C;
     if (units <= 0) return 0;
     const int64_t numel = B * C * D * H * W;
@@ -603,10 +804,8 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     job_t proto;
     proto.x = x; proto.out = out; proto.scale = scale;
     proto.rng.k0 = (uint32_t)k0; proto.rng.k1 = (uint32_t)k1;
-    proto.rng.any = (uint32_t)thresholds[0];
-    for (int j = 0; j < 8; ++j) proto.rng.first8[j] = (uint32_t)thresholds[1 + j];
-    proto.rng.each = (uint32_t)thresholds[9];
-    proto.rng.each8 = (v8u){0} + proto.rng.each;
+    for (int j = 0; j < 8; ++j) proto.rng.F[j] = (uint32_t)thresholds[j];
+    proto.rng.any = proto.rng.F[7];
     proto.x_bstride = x_bstride; proto.out_bstride = out_bstride;
     proto.C = C; proto.D = D; proto.H = H; proto.W = W; proto.bd = bd; proto.bh = bh;
     proto.bw = bw; proto.channels_last = channels_last; proto.shared = shared;
@@ -701,34 +900,12 @@ static void noise_chunk_base(float *restrict z, uint64_t p0, uint32_t k0, uint32
     noise_chunk_body(z, p0, k0, k1);
 }
 
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define NOISE_AVX512 1
-__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma,prefer-vector-width=512")))
-static void noise_chunk_avx512(float *restrict z, uint64_t p0, uint32_t k0, uint32_t k1) {
+#ifdef HAVE_AVX512_CLONES
+AVX512_TARGET static void noise_chunk_avx512(float *restrict z, uint64_t p0, uint32_t k0, uint32_t k1) {
     noise_chunk_body(z, p0, k0, k1);
 }
 #endif
 
-/* 0: the generic clone, 1: the AVX-512 clone; -1 until the first call picks the best */
-static int noise_isa = -1;
-
-static int noise_avx512_supported(void) {
-#ifdef NOISE_AVX512
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
-#else
-    return 0;
-#endif
-}
-
-/* Pick the clone (want = 0 or 1; 1 falls back to 0 where AVX-512 is missing), or query it
- * (want = -1). Returns the clone in use. For tests: both clones draw the same z. */
-int plugdrop_noise_isa(int want) {
-    if (want >= 0) noise_isa = want == 1 && noise_avx512_supported();
-    else if (noise_isa < 0) noise_isa = noise_avx512_supported();
-    return noise_isa;
-}
 
 static void noise_range(const float *restrict x, float *restrict out, int64_t i0, int64_t i1,
                         uint32_t k0, uint32_t k1, float std, int multiplicative,
@@ -750,8 +927,8 @@ static void noise_range(const float *restrict x, float *restrict out, int64_t i0
 int plugdrop_noise(int threads, const float *x, float *out, int64_t n, int64_t k0, int64_t k1,
                    double std, int multiplicative) {
     noise_chunk_fn chunk = noise_chunk_base;
-#ifdef NOISE_AVX512
-    if (plugdrop_noise_isa(-1) == 1) chunk = noise_chunk_avx512;
+#ifdef HAVE_AVX512_CLONES
+    if (plugdrop_isa(-1) == 1) chunk = noise_chunk_avx512;
 #endif
     if (threads > n / GRAIN) threads = (int)(n / GRAIN);
     if (threads > 64) threads = 64;
