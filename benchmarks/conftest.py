@@ -1,3 +1,4 @@
+import ctypes
 import os
 import sys
 import threading
@@ -13,6 +14,35 @@ sys.path.insert(0, str(Path(__file__).parent))
 #: parallel region waits for a descheduled thread, which swamps what is being measured.
 if os.environ.get("PLUGDROP_BENCH_THREADS"):
     torch.set_num_threads(int(os.environ["PLUGDROP_BENCH_THREADS"]))
+
+
+def _pin_allocator() -> str:
+    """Fix glibc malloc's thresholds for the whole run (``PLUGDROP_BENCH_MALLOC=dynamic``
+    leaves them alone).
+
+    By default glibc moves its mmap threshold as blocks are freed and gives memory back to the
+    system when the top of the heap is free: whether a fresh output tensor of a given size
+    reuses warm heap memory or page-faults in new memory (about 0.2 us per 4 KiB page: as much
+    as the op itself) then depends on the order of earlier allocations, and the same ``x * x``
+    measures 0.5 or 2.6 ms from one process to the next. Pinned, every output up to 32 MiB
+    comes from reused heap memory (as in a steady training loop) and larger ones are always
+    mapped afresh, for plugdrop and baselines alike.
+    """
+    if os.environ.get("PLUGDROP_BENCH_MALLOC") == "dynamic" or not sys.platform.startswith(
+            "linux"):
+        return "glibc malloc, dynamic thresholds"
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return "allocator not pinned (no glibc)"
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    if libc.mallopt(m_mmap_threshold, 32 << 20) != 1 or \
+            libc.mallopt(m_trim_threshold, 1 << 30) != 1:
+        return "allocator not pinned (mallopt refused)"
+    return "glibc malloc pinned: mmap threshold 32 MiB, no trimming"
+
+
+_ALLOCATOR = _pin_allocator()
 
 
 @pytest.fixture(autouse=True)
@@ -44,3 +74,4 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
     if _load:
         _load["end"] = os.getloadavg()[0]
         output_json["load_average"] = dict(_load)
+    output_json["allocator"] = _ALLOCATOR

@@ -87,6 +87,8 @@ def _conditions(datas: list[dict]) -> str:
                          f"start, at most {load['max']:.2f}, {load['end']:.2f} at the end")
         else:
             lines.append(f"- run {i}: {when}; load not recorded")
+        if d.get("allocator"):
+            lines[-1] += f"; {d['allocator']}"
     return "\n".join(lines)
 
 

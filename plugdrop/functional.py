@@ -202,9 +202,12 @@ class _FusedPlan:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         key = cext.draw_key()
-        if not torch.is_grad_enabled() and not _compat.forward_ad_active():
-            # Nothing to differentiate: the kernel without the autograd Function around it
-            # (the same values: the Function's forward is this call).
+        if not _compat.forward_ad_active() and (
+                not torch.is_grad_enabled()
+                or (not x.requires_grad and not _compat.functorch_active())):
+            # Nothing to differentiate (grad mode off, or an input that does not require a
+            # gradient and no torch.func transform): the kernel without the autograd Function
+            # around it (the same values: the Function's forward is this call).
             return KA.hashed_block_drop(x, self.scale, key, *self.meta)
         return KA.HashedBlockDrop.apply(x, self.scale, key, self.meta)
 
