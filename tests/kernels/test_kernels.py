@@ -2,6 +2,10 @@
 the sparse and dense seed draws give the same statistics; the backward saves little."""
 
 import math
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 from scipy import stats
@@ -347,3 +351,22 @@ def test_kernel_equals_its_reference_on_awkward_shapes(threads, clone):
                 assert torch.equal(y, ref), (shape, blocks, shared, x.is_contiguous())
     finally:
         torch.set_num_threads(before)
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+@pytest.mark.skipif(sys.platform.startswith("win") or _compiler() is None
+                    or os.environ.get("PLUGDROP_NO_CEXT", "") not in ("", "0"),
+                    reason="no C compiler here, or the kernel switched off")
+def test_kernel_builds_where_a_compiler_is_found(tmp_path):
+    # A kernel that fails to build only warns and falls back to torch ops, and every kernel
+    # test above would skip: here a build failure fails. Both the build plugdrop makes and a
+    # build without any -m flag (a CPU without AVX2: the generic code, no AVX-512 clone used)
+    # must compile without a warning of the compiler's -Wall.
+    assert cext.library() is not None
+    proc = subprocess.run([_compiler(), "-O2", "-shared", "-fPIC", "-Wall", "-Wno-psabi",
+                           "-Werror", str(cext._SOURCE), "-o", str(tmp_path / "k.so")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
