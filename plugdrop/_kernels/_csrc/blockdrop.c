@@ -649,6 +649,33 @@ static int64_t map_align(int64_t S) {
     return a;
 }
 
+/* Slices of the masked pass between which the next group's draws run (the pipeline of
+ * channels_first) */
+#define PIPE_SLICES 4
+
+/* Bytes b0 .. b1 - 1 (b0 a multiple of 8) of the draws of the group of maps whose first
+ * position group is g0, into out (draw_bytes on a part: the same bytes as one call). */
+static void draw_part(const rng_t *g, int64_t g0, int64_t b0, int64_t b1, const uint8_t *live,
+                      const uint8_t *vbytes, uint8_t *out) {
+    if (b1 > b0) draw_bytes(g, g0 + b0, b1 - b0, live + b0 / 8, vbytes + b0, out + b0);
+}
+
+/* The drawn seeds in m (bits 0 .. bits - 1; m and t have nw words) kept where valid and grown
+ * into their blocks; returns the array holding the result (m or t), zero past bits. */
+static uint64_t *grow_blocks(uint64_t *m, uint64_t *t, const uint64_t *valid, int64_t nw,
+                             int64_t bits, int64_t bw, int64_t bh, int64_t bd, int64_t W,
+                             int64_t HW) {
+    const int64_t nb = (bits + 7) / 8, words = (bits + 63) / 64;
+    memset((uint8_t *)m + nb, 0, (size_t)(nw * 8 - nb));
+    for (int64_t j = 0; j < words; ++j) m[j] &= valid[j];
+    if (bits & 63) m[words - 1] &= ((uint64_t)1 << (bits & 63)) - 1;
+    uint64_t *res = dilate(m, t, words, bw, 1);
+    res = dilate(res, res == m ? t : m, words, bh, W);
+    res = dilate(res, res == m ? t : m, words, bd, HW);
+    res[words] = res[words + 1] = 0;
+    return res;
+}
+
 /* Below this map size, runs of consecutive maps are written in one go (a copy of the scale
  * map per map of a group) instead of map by map. */
 #define SMALL_MAP 256
@@ -676,12 +703,16 @@ static void channels_first(job_t *job, int dtype) {
     uint64_t *valid = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *mask = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *tmp = (uint64_t *)malloc((size_t)nw * 8);
+    uint64_t *mask2 = (uint64_t *)malloc((size_t)nw * 8);
+    uint64_t *tmp2 = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *smask = (uint64_t *)malloc((size_t)(3 * sw + 1) * 8);
     uint8_t *live = (uint8_t *)calloc((size_t)nw + 1, 1);
     uint32_t *listed = (uint32_t *)malloc((size_t)(nw * 8 + 8) * 4);
     void *srep = S < SMALL_MAP ? malloc((size_t)(gm * S * es)) : NULL;
-    if (!valid || !mask || !tmp || !smask || !live || !listed || (S < SMALL_MAP && !srep)) {
-        free(valid); free(mask); free(tmp); free(smask); free(live); free(srep); free(listed);
+    if (!valid || !mask || !tmp || !mask2 || !tmp2 || !smask || !live || !listed ||
+        (S < SMALL_MAP && !srep)) {
+        free(valid); free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(live);
+        free(srep); free(listed);
         job->failed = 1;
         return;
     }
@@ -702,9 +733,73 @@ static void channels_first(job_t *job, int dtype) {
     int uniform = 1; /* the same scale at every position */
     for (int64_t i = 1; i < S && uniform; ++i)
         uniform = memcmp((const char *)job->scale + i * es, job->scale, (size_t)es) == 0;
+    /* The common case (each map's own seeds, blocks smaller than the map, the groups drawn
+     * in full) runs as a pipeline: the masked pass of one group of maps is bound by its
+     * stores, the draws of the next by arithmetic, so the next group's draws are done in
+     * slices between slices of this group's pass, while the stores drain. Same values as the
+     * loop below (the draws of a group do not depend on how they are split). */
+    int64_t u_done = job->u0;
+    if (!shared && !whole && !use_list && job->u1 > job->u0) {
+        uint64_t *cm = mask, *ct = tmp, *nm = mask2, *nt = tmp2;
+        int64_t u = job->u0, n = gm < job->u1 - u ? gm : job->u1 - u;
+        draw_part(&job->rng, u * S / 8, 0, (n * S + 7) / 8, live, (const uint8_t *)valid,
+                  (uint8_t *)cm);
+        uint64_t *res = grow_blocks(cm, ct, valid, nw, n * S, bw, bh, bd, W, H * W);
+        while (u < job->u1) {
+            const int64_t un = u + n, nn = un < job->u1 ? (gm < job->u1 - un ? gm : job->u1 - un) : 0;
+            const int64_t nbn = (nn * S + 7) / 8;
+            const int64_t dstep = ((nbn + PIPE_SLICES - 1) / PIPE_SLICES + 7) & ~(int64_t)7;
+            const int64_t slice = ((n * S + PIPE_SLICES - 1) / PIPE_SLICES + 63) & ~(int64_t)63;
+            int64_t drawn = 0;
+            for (int64_t k = 0; k < n;) {
+                const int64_t m = u + k, b = m / C, c = m - b * C;
+                const int64_t run = S < SMALL_MAP ? (C - c < n - k ? C - c : n - k) : 1;
+                const int64_t len = run * S, off = k * S;
+                for (int64_t e = 0; e < len;) {
+                    const int64_t pl = len - e < slice ? len - e : slice;
+                    const int64_t xo = b * job->x_bstride + c * S + e;
+                    const int64_t oo = b * job->out_bstride + c * S + e;
+                    const int64_t so = srep ? off + e : e;
+                    if (dtype == 0 && uniform)
+                        uniform32((const float *)job->x + xo, (float *)job->out + oo,
+                                  ((const float *)job->scale)[0], res, off + e, pl);
+                    else if (dtype == 0)
+                        apply32((const float *)job->x + xo, (float *)job->out + oo,
+                                (const float *)(srep ? srep : job->scale) + so, res, off + e, pl);
+                    else
+                        apply_f64((const double *)job->x + xo, (double *)job->out + oo,
+                                  (const double *)(srep ? srep : job->scale) + so, res, off + e,
+                                  pl);
+                    e += pl;
+                    if (drawn < nbn) { /* a slice of the next group's draws */
+                        const int64_t d1 = drawn + dstep < nbn ? drawn + dstep : nbn;
+                        draw_part(&job->rng, un * S / 8, drawn, d1, live,
+                                  (const uint8_t *)valid, (uint8_t *)nm);
+                        drawn = d1;
+                    }
+                }
+                k += run;
+            }
+            if (nn > 0) {
+                if (drawn < nbn)
+                    draw_part(&job->rng, un * S / 8, drawn, nbn, live, (const uint8_t *)valid,
+                              (uint8_t *)nm);
+                res = grow_blocks(nm, nt, valid, nw, nn * S, bw, bh, bd, W, H * W);
+                uint64_t *t = cm;
+                cm = nm;
+                nm = t;
+                t = ct;
+                ct = nt;
+                nt = t;
+            }
+            u = un;
+            n = nn;
+        }
+        u_done = job->u1;
+    }
     int64_t smask_b = -1; /* shared: the sample whose mask is in sres */
     uint64_t *sres = smask;
-    for (int64_t u = job->u0; u < job->u1;) {
+    for (int64_t u = u_done; u < job->u1;) {
         const int64_t n = gm < job->u1 - u ? gm : job->u1 - u;
         const int64_t words = (n * S + 63) / 64;
         uint64_t *res = mask;
@@ -802,7 +897,8 @@ static void channels_first(job_t *job, int dtype) {
         }
         u += n;
     }
-    free(valid); free(mask); free(tmp); free(smask); free(live); free(srep); free(listed);
+    free(valid); free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(live);
+    free(srep); free(listed);
 }
 
 /* Channels-last samples u0 .. u1 - 1: x * scale, then the block of each seed zeroed. */
