@@ -348,13 +348,22 @@ static void draw_bytes(const rng_t *g, int64_t g0, int64_t ng, const uint8_t *li
  * (later bits may be missing); out[0 .. ng - 1] is cleared first. Where few
  * groups can hold a valid position (large blocks on small maps), this skips the others'
  * hashes. */
+static void draw_listed_part(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx,
+                             int64_t nl, const uint8_t *vbytes, uint8_t *out);
+
 static void draw_listed(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx, int64_t nl,
                         const uint8_t *vbytes, uint8_t *out) {
+    memset(out, 0, (size_t)ng);
+    while (nl > 0 && idx[nl - 1] >= ng) --nl;
+    draw_listed_part(g, g0, ng, idx, nl, vbytes, out);
+}
+
+/* draw_listed for the entries idx[0 .. nl - 1] (each below ng), out not cleared first */
+static void draw_listed_part(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx,
+                             int64_t nl, const uint8_t *vbytes, uint8_t *out) {
     uint8_t flag[CHUNK + 8];
     uint32_t hit[CHUNK + 16], lim[CHUNK + 16];
     const uint32_t k0 = g->k0, k1 = g->k1;
-    memset(out, 0, (size_t)ng);
-    while (nl > 0 && idx[nl - 1] >= ng) --nl;
     const uint32_t lo = (uint32_t)g0, hk = (uint32_t)((uint64_t)g0 >> 32) ^ k1;
     const int wraps = (uint64_t)lo + (uint64_t)ng > ((uint64_t)1 << 32);
     for (int64_t c0 = 0; c0 < nl; c0 += CHUNK) {
@@ -653,11 +662,24 @@ static int64_t map_align(int64_t S) {
  * channels_first) */
 #define PIPE_SLICES 4
 
-/* Bytes b0 .. b1 - 1 (b0 a multiple of 8) of the draws of the group of maps whose first
- * position group is g0, into out (draw_bytes on a part: the same bytes as one call). */
-static void draw_part(const rng_t *g, int64_t g0, int64_t b0, int64_t b1, const uint8_t *live,
+/* Part k of `parts` of the draws of the group of maps whose first position group is g0 (nb
+ * position groups) into out: with list == NULL, a range of the bytes (draw_bytes on a part:
+ * the same bytes as one call); else a range of the nl listed groups (out cleared with part 0).
+ */
+static void draw_part(const rng_t *g, int64_t g0, int64_t nb, int64_t k, int64_t parts,
+                      const uint8_t *live, const uint32_t *list, int64_t nl,
                       const uint8_t *vbytes, uint8_t *out) {
-    if (b1 > b0) draw_bytes(g, g0 + b0, b1 - b0, live + b0 / 8, vbytes + b0, out + b0);
+    if (list == NULL) {
+        const int64_t step = ((nb + parts - 1) / parts + 7) & ~(int64_t)7;
+        const int64_t b0 = k * step, b1 = (k + 1) * step < nb ? (k + 1) * step : nb;
+        if (b1 > b0) draw_bytes(g, g0 + b0, b1 - b0, live + b0 / 8, vbytes + b0, out + b0);
+    } else {
+        if (k == 0) memset(out, 0, (size_t)nb);
+        while (nl > 0 && list[nl - 1] >= nb) --nl;
+        const int64_t step = (nl + parts - 1) / parts;
+        const int64_t l0 = k * step, l1 = (k + 1) * step < nl ? (k + 1) * step : nl;
+        if (l1 > l0) draw_listed_part(g, g0, nb, list + l0, l1 - l0, vbytes, out);
+    }
 }
 
 /* The drawn seeds in m (bits 0 .. bits - 1; m and t have nw words) kept where valid and grown
@@ -739,18 +761,18 @@ static void channels_first(job_t *job, int dtype) {
      * slices between slices of this group's pass, while the stores drain. Same values as the
      * loop below (the draws of a group do not depend on how they are split). */
     int64_t u_done = job->u0;
-    if (!shared && !whole && !use_list && job->u1 > job->u0) {
+    if (!shared && !whole && job->u1 > job->u0) {
         uint64_t *cm = mask, *ct = tmp, *nm = mask2, *nt = tmp2;
+        const uint32_t *list = use_list ? listed : NULL;
         int64_t u = job->u0, n = gm < job->u1 - u ? gm : job->u1 - u;
-        draw_part(&job->rng, u * S / 8, 0, (n * S + 7) / 8, live, (const uint8_t *)valid,
-                  (uint8_t *)cm);
+        draw_part(&job->rng, u * S / 8, (n * S + 7) / 8, 0, 1, live, list, nl,
+                  (const uint8_t *)valid, (uint8_t *)cm);
         uint64_t *res = grow_blocks(cm, ct, valid, nw, n * S, bw, bh, bd, W, H * W);
         while (u < job->u1) {
             const int64_t un = u + n, nn = un < job->u1 ? (gm < job->u1 - un ? gm : job->u1 - un) : 0;
             const int64_t nbn = (nn * S + 7) / 8;
-            const int64_t dstep = ((nbn + PIPE_SLICES - 1) / PIPE_SLICES + 7) & ~(int64_t)7;
             const int64_t slice = ((n * S + PIPE_SLICES - 1) / PIPE_SLICES + 63) & ~(int64_t)63;
-            int64_t drawn = 0;
+            int64_t drawn = nn > 0 ? 0 : PIPE_SLICES; /* parts of the next group's draws done */
             for (int64_t k = 0; k < n;) {
                 const int64_t m = u + k, b = m / C, c = m - b * C;
                 const int64_t run = S < SMALL_MAP ? (C - c < n - k ? C - c : n - k) : 1;
@@ -771,19 +793,16 @@ static void channels_first(job_t *job, int dtype) {
                                   (const double *)(srep ? srep : job->scale) + so, res, off + e,
                                   pl);
                     e += pl;
-                    if (drawn < nbn) { /* a slice of the next group's draws */
-                        const int64_t d1 = drawn + dstep < nbn ? drawn + dstep : nbn;
-                        draw_part(&job->rng, un * S / 8, drawn, d1, live,
-                                  (const uint8_t *)valid, (uint8_t *)nm);
-                        drawn = d1;
-                    }
+                    if (drawn < PIPE_SLICES) /* a part of the next group's draws */
+                        draw_part(&job->rng, un * S / 8, nbn, drawn++, PIPE_SLICES, live, list,
+                                  nl, (const uint8_t *)valid, (uint8_t *)nm);
                 }
                 k += run;
             }
             if (nn > 0) {
-                if (drawn < nbn)
-                    draw_part(&job->rng, un * S / 8, drawn, nbn, live, (const uint8_t *)valid,
-                              (uint8_t *)nm);
+                while (drawn < PIPE_SLICES)
+                    draw_part(&job->rng, un * S / 8, nbn, drawn++, PIPE_SLICES, live, list, nl,
+                              (const uint8_t *)valid, (uint8_t *)nm);
                 res = grow_blocks(nm, nt, valid, nw, nn * S, bw, bh, bd, W, H * W);
                 uint64_t *t = cm;
                 cm = nm;
