@@ -755,13 +755,14 @@ static void channels_first(job_t *job, int dtype) {
     int uniform = 1; /* the same scale at every position */
     for (int64_t i = 1; i < S && uniform; ++i)
         uniform = memcmp((const char *)job->scale + i * es, job->scale, (size_t)es) == 0;
-    /* The common case (each map's own seeds, blocks smaller than the map, the groups drawn
-     * in full) runs as a pipeline: the masked pass of one group of maps is bound by its
-     * stores, the draws of the next by arithmetic, so the next group's draws are done in
-     * slices between slices of this group's pass, while the stores drain. Same values as the
-     * loop below (the draws of a group do not depend on how they are split). */
+    /* Small maps (each map's own seeds, blocks smaller than the map) run as a pipeline: the
+     * masked pass of one group of maps is bound by its stores, the draws of the next by
+     * arithmetic, so the next group's draws are done in parts between slices of this group's
+     * pass, while the stores drain (5-10% on 7x7 and 14x14 maps in the cache; on larger maps,
+     * where a group is a map or two, it measured slower). Same values as the loop below (the
+     * draws of a group do not depend on how they are split). */
     int64_t u_done = job->u0;
-    if (!shared && !whole && job->u1 > job->u0) {
+    if (!shared && !whole && S < SMALL_MAP && job->u1 > job->u0) {
         uint64_t *cm = mask, *ct = tmp, *nm = mask2, *nt = tmp2;
         const uint32_t *list = use_list ? listed : NULL;
         int64_t u = job->u0, n = gm < job->u1 - u ? gm : job->u1 - u;
