@@ -264,9 +264,10 @@ static inline uint32_t byte_bits(uint64_t w) {
 }
 
 /* Successful draws among positions first .. first + count - 1, as offsets from first, into
- * hits (ascending); returns how many (the channels-last path, which zeroes each seed's block). The positions come in groups of 8 (8g .. 8g + 7):
- * one hash per group decides whether it holds a seed (vectorized, a chunk of groups at a
- * time), and only the rare groups that do hash their 8 positions. */
+ * hits (ascending); returns how many (the channels-last path, which zeroes each seed's block).
+ * The positions come in groups of 8 (8g .. 8g + 7): one hash per group decides whether it
+ * holds a seed (a chunk of groups at a time), and only the groups that do are drawn further
+ * (group_seeds: the first seed from that hash, one more hash per later seed). */
 static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits) {
     uint8_t flag[CHUNK + 8];
     int64_t nh = 0;
@@ -770,7 +771,8 @@ static void channels_first(job_t *job, int dtype) {
                   (const uint8_t *)valid, (uint8_t *)cm);
         uint64_t *res = grow_blocks(cm, ct, valid, nw, n * S, bw, bh, bd, W, H * W);
         while (u < job->u1) {
-            const int64_t un = u + n, nn = un < job->u1 ? (gm < job->u1 - un ? gm : job->u1 - un) : 0;
+            const int64_t un = u + n;
+            const int64_t nn = un < job->u1 ? (gm < job->u1 - un ? gm : job->u1 - un) : 0;
             const int64_t nbn = (nn * S + 7) / 8;
             const int64_t slice = ((n * S + PIPE_SLICES - 1) / PIPE_SLICES + 63) & ~(int64_t)63;
             int64_t drawn = nn > 0 ? 0 : PIPE_SLICES; /* parts of the next group's draws done */
@@ -1088,11 +1090,11 @@ static void noise_chunk_base(float *restrict z, uint64_t p0, uint32_t k0, uint32
 }
 
 #ifdef HAVE_AVX512_CLONES
-AVX512_TARGET static void noise_chunk_avx512(float *restrict z, uint64_t p0, uint32_t k0, uint32_t k1) {
+AVX512_TARGET static void noise_chunk_avx512(float *restrict z, uint64_t p0, uint32_t k0,
+                                             uint32_t k1) {
     noise_chunk_body(z, p0, k0, k1);
 }
 #endif
-
 
 static void noise_range(const float *restrict x, float *restrict out, int64_t i0, int64_t i1,
                         uint32_t k0, uint32_t k1, float std, int multiplicative,
