@@ -52,13 +52,6 @@ static inline uint32_t mix(uint32_t x) {
 }
 
 /* 8 lanes of 32 bits (GCC and clang vector extensions): one AVX2 register */
-typedef uint32_t v8u __attribute__((vector_size(32)));
-
-static inline v8u mix8(v8u x) {
-    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
-    return x;
-}
-
 typedef int32_t v8i __attribute__((vector_size(32)));
 
 /* compact[m]: the positions of the set bits of the byte m, as bytes, lowest first;
@@ -79,7 +72,7 @@ __attribute__((constructor)) static void init_tables(void) {
 typedef struct {
     uint32_t k0, k1;
     uint32_t any;       /* F[7]: a group of 8 positions holds a seed iff A(group) < any */
-    v8u F;              /* F[i], i < 8: the chance of a seed among i + 1 positions, * 2**32 */
+    uint32_t F[8];      /* F[i]: the chance of a seed among i + 1 positions, * 2**32 */
 } rng_t;
 
 static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
@@ -112,7 +105,7 @@ static inline __attribute__((always_inline)) void steps_body(
     uint32_t *restrict state) {
     const uint32_t k0 = g->k0, k1 = g->k1, lo0 = (uint32_t)gbase, hi0 = (uint32_t)(gbase >> 32);
     uint32_t F[8];
-    memcpy(F, &g->F, sizeof F);
+    memcpy(F, g->F, sizeof F);
     for (uint32_t k = 0; k < n; ++k) {
         const uint32_t glo = lo0 + off[k], ghi = hi0 + (glo < lo0);
         const uint32_t a = mix(mix(glo ^ k0) ^ ghi ^ k1);
@@ -528,12 +521,18 @@ static void apply_uniform_f32(const float *restrict xm, float *restrict om, floa
 }
 
 /* om[i] = xm[i] * s, i < len; zeros (x not read) if s == 0 */
-static void scale_run_f32(const float *restrict xm, float *restrict om, float s, int64_t len) {
+static inline __attribute__((always_inline)) void scale_run_f32_body(const float *restrict xm,
+                                                                     float *restrict om,
+                                                                     float s, int64_t len) {
     if (s == 0.0f) {
         memset(om, 0, (size_t)len * sizeof(float));
         return;
     }
     for (int64_t i = 0; i < len; ++i) om[i] = xm[i] * s;
+}
+
+static void scale_run_f32(const float *restrict xm, float *restrict om, float s, int64_t len) {
+    scale_run_f32_body(xm, om, s, len);
 }
 
 static void scale_run_f64(const double *restrict xm, double *restrict om, double s,
@@ -547,27 +546,11 @@ static void scale_run_f64(const double *restrict xm, double *restrict om, double
 
 #ifdef HAVE_AVX512_CLONES
 /* The float32 passes on 16 lanes: the mask of 16 elements is 16 bits of the bit array, the
- * dropped lanes cleared by a zero-masked multiply (no table). Same values as the generic ones. */
-AVX512_TARGET static void apply_f32_avx512(const float *restrict xm, float *restrict om,
-                                           const float *restrict scale, const uint64_t *mask,
-                                           int64_t off, int64_t S) {
-    int64_t i = 0;
-    if ((off & 7) == 0) {
-        const uint8_t *mb = (const uint8_t *)mask + (off >> 3);
-        for (; i + 16 <= S; i += 16) {
-            uint16_t m;
-            memcpy(&m, mb + (i >> 3), 2);
-            _mm512_storeu_ps(om + i, _mm512_maskz_mul_ps((__mmask16)~m, _mm512_loadu_ps(xm + i),
-                                                         _mm512_loadu_ps(scale + i)));
-        }
-    }
-    if (i < S) apply_f32(xm + i, om + i, scale + i, mask, off + i, S - i);
-}
-
-AVX512_TARGET static void apply_uniform_f32_avx512(const float *restrict xm,
-                                                   float *restrict om, float s,
-                                                   const uint64_t *mask, int64_t off,
-                                                   int64_t S) {
+ * dropped lanes cleared by a zero-masked multiply (no table). Same values as the generic ones.
+ * scale per element, or s everywhere (scale == NULL). */
+AVX512_TARGET static inline __attribute__((always_inline)) void apply_avx512_body(
+    const float *restrict xm, float *restrict om, const float *restrict scale, float s,
+    const uint64_t *mask, int64_t off, int64_t S) {
     int64_t i = 0;
     const __m512 sv = _mm512_set1_ps(s);
     if ((off & 7) == 0) {
@@ -575,20 +558,35 @@ AVX512_TARGET static void apply_uniform_f32_avx512(const float *restrict xm,
         for (; i + 16 <= S; i += 16) {
             uint16_t m;
             memcpy(&m, mb + (i >> 3), 2);
-            _mm512_storeu_ps(om + i, _mm512_maskz_mul_ps((__mmask16)~m, _mm512_loadu_ps(xm + i),
-                                                         sv));
+            const __m512 f = scale ? _mm512_loadu_ps(scale + i) : sv;
+            _mm512_storeu_ps(om + i,
+                             _mm512_maskz_mul_ps((__mmask16)~m, _mm512_loadu_ps(xm + i), f));
         }
     }
-    if (i < S) apply_uniform_f32(xm + i, om + i, s, mask, off + i, S - i);
+    if (i < S) {
+        if (scale)
+            apply_f32(xm + i, om + i, scale + i, mask, off + i, S - i);
+        else
+            apply_uniform_f32(xm + i, om + i, s, mask, off + i, S - i);
+    }
+}
+
+AVX512_TARGET static void apply_f32_avx512(const float *restrict xm, float *restrict om,
+                                           const float *restrict scale, const uint64_t *mask,
+                                           int64_t off, int64_t S) {
+    apply_avx512_body(xm, om, scale, 0.0f, mask, off, S);
+}
+
+AVX512_TARGET static void apply_uniform_f32_avx512(const float *restrict xm,
+                                                   float *restrict om, float s,
+                                                   const uint64_t *mask, int64_t off,
+                                                   int64_t S) {
+    apply_avx512_body(xm, om, NULL, s, mask, off, S);
 }
 
 AVX512_TARGET static void scale_run_f32_avx512(const float *restrict xm, float *restrict om,
                                                float s, int64_t len) {
-    if (s == 0.0f) {
-        memset(om, 0, (size_t)len * sizeof(float));
-        return;
-    }
-    for (int64_t i = 0; i < len; ++i) om[i] = xm[i] * s;
+    scale_run_f32_body(xm, om, s, len);
 }
 #endif
 
@@ -834,7 +832,6 @@ static void channels_first(job_t *job, int dtype) {
                             (uint8_t *)mask);
             else
                 draw_bytes(&job->rng, u * S / 8, nb, live, (const uint8_t *)valid, (uint8_t *)mask);
-            memset((uint8_t *)mask + nb, 0, (size_t)(nw * 8 - nb));
             if (whole && uniform) {
                 /* Maps dropped whole or scaled by one number (Dropout2d, blocks as large as
                  * the map): runs of consecutive maps in the same state, zero-filled without
@@ -864,17 +861,10 @@ static void channels_first(job_t *job, int dtype) {
                 for (int64_t k = 0; k < n; ++k)
                     if (mask[(k * S) >> 6] >> ((k * S) & 63) & 1) set_run(tmp, k * S, S);
                 res = tmp;
+                res[words] = res[words + 1] = 0;
             } else {
-                for (int64_t j = 0; j < words; ++j) mask[j] &= valid[j];
-                if ((n * S) & 63) mask[words - 1] &= ((uint64_t)1 << ((n * S) & 63)) - 1;
-                uint64_t *t = res == mask ? tmp : mask;
-                res = dilate(res, t, words, bw, 1);
-                t = res == mask ? tmp : mask;
-                res = dilate(res, t, words, bh, W);
-                t = res == mask ? tmp : mask;
-                res = dilate(res, t, words, bd, H * W);
+                res = grow_blocks(mask, tmp, valid, nw, n * S, bw, bh, bd, W, H * W);
             }
-            res[words] = res[words + 1] = 0;
         } else {
             memset(mask, 0, (size_t)nw * 8);
             for (int64_t k = 0; k < n; ++k) {
