@@ -149,9 +149,7 @@ def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, c
         out = cext.blockdrop(x, scale, k, thresh, blocks, shared=shared)
         if out is not None:
             return out
-    sizes = tuple(x.shape[2:])
-    seeds = cext.grid_seeds(cext.hashed_seeds(k, thresh, x.shape[0] * channels
-                                              * math.prod(sizes)), sizes, valid)
+    seeds = cext.hashed_seeds(k, thresh, x.shape[0] * channels * math.prod(valid))
     return sparse_block_drop(x, scale, seeds, channels, valid, blocks)
 
 

@@ -197,9 +197,10 @@ def _hash(n: torch.Tensor, k0: int, k1: int) -> torch.Tensor:
 
 def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
                  total: int) -> torch.Tensor:
-    """The successful draws of the kernel's generator among ``total`` positions (of the
-    flattened maps), sorted, int64: the reference definition of its generator in torch ops
-    (the kernel's fallback and the tests'); :func:`grid_seeds` keeps those that are seeds."""
+    """The seeds the kernel's generator draws among ``total`` positions of the flattened seed
+    grid ``(B, channels, *valid)`` (the positions whose block fits in the map), sorted, int64:
+    the reference definition of its generator in torch ops (the kernel's fallback and the
+    tests')."""
     k0, k1 = key
     f = torch.tensor(thresh, dtype=torch.int64)
     i7 = torch.arange(7)
@@ -222,29 +223,6 @@ def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
         alive = hit & (pos < 7)
     n = torch.cat(found).sort().values
     return n[n < total]
-
-
-def grid_seeds(seeds: torch.Tensor, sizes: tuple[int, ...],
-               valid: tuple[int, ...]) -> torch.Tensor:
-    """The seeds the kernel keeps, as indices of the ``(B, channels, *valid)`` seed grid.
-
-    The kernel draws over every position of the ``(B, channels, *sizes)`` maps (``seeds``, from
-    :func:`hashed_seeds`) and keeps those whose block fits (each coordinate below ``valid``):
-    then the seeds of a map lie on its own bit positions and grow into blocks by shifts.
-    """
-    s = math.prod(sizes)
-    m = seeds // s
-    r = seeds - m * s
-    index = torch.zeros_like(seeds)
-    keep = torch.ones_like(seeds, dtype=torch.bool)
-    step = 1
-    for size, v in zip(reversed(sizes), reversed(valid)):
-        coord = r % size
-        r = r // size
-        keep &= coord < v
-        index += coord * step
-        step *= v
-    return (m * step + index)[keep]
 
 
 #: leading sizes of 1 that make the spatial sizes of a tensor of each rank three

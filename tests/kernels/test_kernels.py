@@ -323,8 +323,8 @@ def _kernel_cases():
 @needs_cext
 @pytest.mark.parametrize("threads", [1, 2])
 def test_kernel_equals_its_reference_on_awkward_shapes(threads, clone):
-    # Bit for bit: the kernel against the generator's torch-op definition (hashed_seeds,
-    # grid_seeds) and the torch-op block zeroing, channels-first and channels-last, shared
+    # Bit for bit: the kernel against the generator's torch-op definition (hashed_seeds on the
+    # seed grid) and the torch-op block zeroing, channels-first and channels-last, shared
     # and not, float32 and float64, on one thread and two (the work split in groups of maps),
     # with each clone of the draws (generic and AVX-512).
     before = torch.get_num_threads()
@@ -345,8 +345,7 @@ def test_kernel_equals_its_reference_on_awkward_shapes(threads, clone):
                 thresh, key = cext.thresholds(gamma), (1000 + i, 77 * i + 5)
                 channels = 1 if shared else shape[1]
                 y = cext.blockdrop(x, scale, key, thresh, blocks, shared=shared)
-                seeds = cext.grid_seeds(cext.hashed_seeds(key, thresh, shape[0] * channels
-                                                          * math.prod(sizes)), sizes, valid)
+                seeds = cext.hashed_seeds(key, thresh, shape[0] * channels * math.prod(valid))
                 ref = KA.sparse_block_drop(x, scale, seeds, channels, valid, blocks)
                 assert torch.equal(y, ref), (shape, blocks, shared, x.is_contiguous())
     finally:

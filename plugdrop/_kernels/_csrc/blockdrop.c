@@ -6,12 +6,12 @@
  * torch.manual_seed reproduces every mask, activation checkpointing replays it, and the
  * backward regenerates it from the key alone.
  *
- * The generator draws independent Bernoulli(gamma) draws over every position of the flattened
- * grid of the maps (B, C, D, H, W), or (B, 1, D, H, W) with shared != 0; a position is a seed
- * if its draw succeeds and its block fits in the map (d < D - bd + 1, h < H - bh + 1,
- * w < W - bw + 1): so the seeds of a map sit on its own positions, as bits, and grow into
- * their blocks by shifted ORs of a bit array instead of a loop over seeds. Draws come in
- * groups of 8 positions (8g .. 8g + 7) with two counter-based hashes of 64-bit counters,
+ * The generator draws independent Bernoulli(gamma) draws over the seed grid: the positions
+ * whose block fits in the map (d < D - bd + 1, h < H - bh + 1, w < W - bw + 1), flattened as
+ * (B, C, Dv, Hv, Wv), or (B, 1, Dv, Hv, Wv) with shared != 0. A drawn seed is placed on its
+ * map position as a bit, and the bits grow into their blocks by shifted ORs of a bit array
+ * instead of a loop over seeds. Draws come in groups of 8 seed-grid positions (8g .. 8g + 7)
+ * with two counter-based hashes of 64-bit counters,
  *     A(n) = mix(mix(lo(n) ^ k0) ^ hi(n) ^ k1),   B(n) = mix(mix(lo(n) ^ k1) ^ hi(n) ^ k0),
  * where mix is Wellons' "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d;
  * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16), and the thresholds
@@ -22,9 +22,10 @@
  *   - step t = 1, 2, ... while pos < 7: u = B(8g + t), r = 7 - pos positions are left; there
  *     is another seed iff u < F[r - 1], at pos + 1 + #{i < r - 1: u >= F[i]}; else stop.
  * That is exactly the law of 8 independent Bernoulli(gamma) draws (to 2**-32), at one hash per
- * 8 positions plus one per seed, and the steps of 8 groups run as one vector; groups without
- * a position whose block fits are not drawn at all. plugdrop/_kernels/cext.py has the same
- * definition in torch ops (the reference: hashed_seeds, then grid_seeds).
+ * 8 positions plus one per seed, and the hashes of 16 groups run as one vector. Drawing on the
+ * seed grid (not on every position of the maps) costs hashes only where a block fits: half of
+ * them on 7x7 maps with blocks of 3. plugdrop/_kernels/cext.py has the same definition in
+ * torch ops (the reference: hashed_seeds).
  *
  * Layout of one sample (the batch stride may differ between x and out):
  *   channels_last == 0:  [C][D][H][W]   (maps contiguous)
@@ -75,6 +76,11 @@ typedef struct {
     uint32_t F[8];      /* F[i]: the chance of a seed among i + 1 positions, * 2**32 */
 } rng_t;
 
+/* bit j of the result: byte j of w (each 0 or 1) */
+static inline uint32_t byte_bits(uint64_t w) {
+    return (uint32_t)((w * 0x0102040810204080ULL) >> 56);
+}
+
 static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
     return mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
 }
@@ -82,33 +88,47 @@ static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
 /* The draws, written as loops over groups that the compiler vectorizes; each has a generic
  * clone and, on x86-64 with GCC, an AVX-512 clone (16 lanes), picked at run time. */
 
-/* flag[i] = A(lo + i + 2**32 hi) < any for i < len (lo + len does not wrap; hk = hi ^ k1) */
-static inline __attribute__((always_inline)) void flags_body(uint8_t *restrict flag, uint32_t lo,
-                                                             uint32_t hk, uint32_t k0,
-                                                             uint32_t any, int64_t len) {
-    for (int64_t i = 0; i < len; ++i) flag[i] = mix(mix((lo + (uint32_t)i) ^ k0) ^ hk) < any;
+/* The groups lo + i + 2**32 hi, i < len <= CHUNK (lo + len does not wrap; hk = hi ^ k1), that
+ * hold a seed (A < any), in ascending order: i into off, A into hv (both with room for
+ * len + 16); returns how many. The generic clone: a vectorized loop of hashes and flags, then
+ * a branch-free compaction of 8 flags at a time (a table). */
+static inline __attribute__((always_inline)) uint32_t list_body(
+    uint32_t lo, uint32_t hk, uint32_t k0, uint32_t any, int64_t len, uint32_t *restrict off,
+    uint32_t *restrict hv) {
+    uint32_t h[CHUNK];
+    uint8_t flag[CHUNK + 8];
+    for (int64_t i = 0; i < len; ++i) {
+        h[i] = mix(mix((lo + (uint32_t)i) ^ k0) ^ hk);
+        flag[i] = h[i] < any;
+    }
+    memset(flag + len, 0, 8);
+    uint32_t n = 0;
+    for (int64_t i = 0; i < len; i += 8) {
+        uint64_t fw;
+        memcpy(&fw, flag + i, 8);
+        const uint32_t m = byte_bits(fw);
+        const uint64_t w = compact[m];
+        for (int j = 0; j < 8; ++j) off[n + j] = (uint32_t)i + (uint32_t)(w >> (8 * j) & 0xff);
+        n += (uint32_t)__builtin_popcount(m);
+    }
+    for (uint32_t k = 0; k < n; ++k) hv[k] = h[off[k]];
+    return n;
 }
 
-/* flag[i] = A(lo + idx[i] + 2**32 hi) < any for i < len (no lo + idx[i] wraps) */
-static inline __attribute__((always_inline)) void flags_listed_body(
-    uint8_t *restrict flag, const uint32_t *restrict idx, uint32_t lo, uint32_t hk, uint32_t k0,
-    uint32_t any, int64_t len) {
-    for (int64_t i = 0; i < len; ++i) flag[i] = mix(mix((lo + idx[i]) ^ k0) ^ hk) < any;
-}
-
-/* Steps 0 and 1 of groups gbase + off[k], k < n, each of which holds a seed: bits[k] gets their
+/* Steps 0 and 1 of groups gbase + off[k], k < n, each of which holds a seed (hv[k]: its hash
+ * A, from the listing): bits[k] gets their
  * seeds (bit j: position 8 g + j), state[k] the position of the last one if step 2 must run
- * (else 0xff). Only positions up to lim[k] are wanted: step 2 does not run past it. */
+ * (else 0xff). */
 static inline __attribute__((always_inline)) void steps_body(
     const rng_t *restrict g, uint64_t gbase, const uint32_t *restrict off,
-    const uint32_t *restrict lim, uint32_t n, uint32_t *restrict bits,
+    const uint32_t *restrict hv, uint32_t n, uint32_t *restrict bits,
     uint32_t *restrict state) {
     const uint32_t k0 = g->k0, k1 = g->k1, lo0 = (uint32_t)gbase, hi0 = (uint32_t)(gbase >> 32);
     uint32_t F[8];
     memcpy(F, g->F, sizeof F);
     for (uint32_t k = 0; k < n; ++k) {
         const uint32_t glo = lo0 + off[k], ghi = hi0 + (glo < lo0);
-        const uint32_t a = mix(mix(glo ^ k0) ^ ghi ^ k1);
+        const uint32_t a = hv[k]; /* A(group), from the listing */
         /* the inner loops over i written out, so that the loop over groups vectorizes */
 #define POS_TERM(i) (a >= F[i])
         const uint32_t pos = POS_TERM(0) + POS_TERM(1) + POS_TERM(2) + POS_TERM(3) +
@@ -126,58 +146,165 @@ static inline __attribute__((always_inline)) void steps_body(
 #undef SKIP_TERM
         const uint32_t hit = u < thr, pos2 = pos + 1 + skip;
         bits[k] = (1u << pos) | (hit << (pos2 & 7));
-        state[k] = hit & (pos2 < lim[k]) ? pos2 : 0xff;
+        state[k] = hit & (pos2 < 7) ? pos2 : 0xff;
     }
 }
 
-typedef void (*flags_fn)(uint8_t *restrict, uint32_t, uint32_t, uint32_t, uint32_t, int64_t);
-typedef void (*flags_listed_fn)(uint8_t *restrict, const uint32_t *restrict, uint32_t, uint32_t,
-                                uint32_t, uint32_t, int64_t);
-typedef void (*steps_fn)(const rng_t *restrict, uint64_t, const uint32_t *restrict,
-                         const uint32_t *restrict, uint32_t, uint32_t *restrict,
-                         uint32_t *restrict);
-
-static void flags_base(uint8_t *restrict flag, uint32_t lo, uint32_t hk, uint32_t k0,
-                       uint32_t any, int64_t len) {
-    flags_body(flag, lo, hk, k0, any, len);
-}
-static void flags_listed_base(uint8_t *restrict flag, const uint32_t *restrict idx, uint32_t lo,
-                              uint32_t hk, uint32_t k0, uint32_t any, int64_t len) {
-    flags_listed_body(flag, idx, lo, hk, k0, any, len);
-}
 static void steps_base(const rng_t *restrict g, uint64_t gbase, const uint32_t *restrict off,
-                       const uint32_t *restrict lim, uint32_t n, uint32_t *restrict bits,
+                       const uint32_t *restrict hv, uint32_t n, uint32_t *restrict bits,
                        uint32_t *restrict state) {
-    steps_body(g, gbase, off, lim, n, bits, state);
+    steps_body(g, gbase, off, hv, n, bits, state);
+}
+
+/* The seeds after step 1 of group grp, whose last seed so far is at pos < 7 (steps 2 .. 7) */
+static uint32_t later_seeds(const rng_t *g, uint64_t grp, uint32_t pos) {
+    uint32_t bits = 0;
+    for (uint64_t n = grp * 8 + 2; pos < 7; ++n) {
+        const uint32_t u = mix(mix((uint32_t)n ^ g->k1) ^ (uint32_t)(n >> 32) ^ g->k0);
+        const uint32_t r1 = 6 - pos;
+        if (u >= g->F[r1]) break;
+        uint32_t skip = 0;
+        for (uint32_t i = 0; i < r1; ++i) skip += u >= g->F[i];
+        pos += 1 + skip;
+        bits |= 1u << pos;
+    }
+    return bits;
+}
+
+/* The groups gc + i, i < len <= CHUNK (hk = hi(gc) ^ k1; lo(gc) + len does not wrap), that
+ * hold a seed, ascending: i into off, their seeds into bits (bit j: position 8 g + j); returns
+ * how many. The arrays (state: scratch) have room for len + 16. */
+typedef uint32_t (*chunk_fn)(const rng_t *restrict, uint64_t, uint32_t, int64_t,
+                             uint32_t *restrict, uint32_t *restrict, uint32_t *restrict);
+
+/* The generic clone: list_body, then steps_body over whole vectors of 16 groups */
+static uint32_t chunk_base(const rng_t *restrict g, uint64_t gc, uint32_t hk, int64_t len,
+                           uint32_t *restrict off, uint32_t *restrict bits,
+                           uint32_t *restrict state) {
+    uint32_t hv[CHUNK + 16];
+    const uint32_t n = list_body((uint32_t)gc, hk, g->k0, g->any, len, off, hv);
+    const uint32_t n16 = (n + 15) & ~15U;
+    for (uint32_t k = n; k < n16; ++k) off[k] = hv[k] = 0;
+    steps_body(g, gc, off, hv, n16, bits, state);
+    for (uint32_t k = 0; k < n; ++k)
+        if (state[k] != 0xff) bits[k] |= later_seeds(g, gc + off[k], state[k]);
+    return n;
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
 #define HAVE_AVX512_CLONES 1
 #define AVX512_TARGET \
     __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma,prefer-vector-width=512")))
-AVX512_TARGET static void flags_avx512(uint8_t *restrict flag, uint32_t lo, uint32_t hk,
-                                       uint32_t k0, uint32_t any, int64_t len) {
-    flags_body(flag, lo, hk, k0, any, len);
+
+/* mix on 16 lanes */
+AVX512_TARGET static inline __m512i mix16(__m512i x) {
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x7feb352dU));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+    x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x846ca68bU));
+    return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
-AVX512_TARGET static void flags_listed_avx512(uint8_t *restrict flag,
-                                              const uint32_t *restrict idx, uint32_t lo,
-                                              uint32_t hk, uint32_t k0, uint32_t any,
-                                              int64_t len) {
-    flags_listed_body(flag, idx, lo, hk, k0, any, len);
+
+/* Steps 0 and 1 (as steps_body) of 16 groups glo + 2**32 hi, with hashes a; returns the lanes
+ * whose step 2 must run */
+AVX512_TARGET static inline __mmask16 steps16(const rng_t *restrict g, uint32_t hi, __m512i glo,
+                                         __m512i a, uint32_t *restrict bits,
+                                         uint32_t *restrict state) {
+    const __m512i one = _mm512_set1_epi32(1), fv = _mm512_maskz_loadu_epi32(0x7f, g->F);
+    __m512i pos = _mm512_setzero_si512(), skip = _mm512_setzero_si512();
+    const __m512i u = mix16(_mm512_xor_si512(
+        mix16(_mm512_xor_si512(_mm512_add_epi32(_mm512_slli_epi32(glo, 3), one),
+                               _mm512_set1_epi32((int)g->k1))),
+        _mm512_xor_si512(_mm512_or_si512(_mm512_set1_epi32((int)(hi << 3)),
+                                         _mm512_srli_epi32(glo, 29)),
+                         _mm512_set1_epi32((int)g->k0))));
+    for (int i = 0; i < 7; ++i) {
+        const __m512i f = _mm512_set1_epi32((int)g->F[i]);
+        pos = _mm512_mask_add_epi32(pos, _mm512_cmpge_epu32_mask(a, f), pos, one);
+    }
+    const __m512i r1 = _mm512_sub_epi32(_mm512_set1_epi32(6), pos); /* wraps if pos == 7 */
+    for (int i = 0; i < 7; ++i) {
+        const __mmask16 m = _mm512_cmpge_epu32_mask(u, _mm512_set1_epi32((int)g->F[i])) &
+                            _mm512_cmpgt_epu32_mask(r1, _mm512_set1_epi32(i));
+        skip = _mm512_mask_add_epi32(skip, m, skip, one);
+    }
+    const __m512i thr =
+        _mm512_maskz_permutexvar_epi32(_mm512_cmple_epu32_mask(r1, _mm512_set1_epi32(6)), r1, fv);
+    const __mmask16 hit = _mm512_cmplt_epu32_mask(u, thr);
+    const __m512i pos2 = _mm512_add_epi32(_mm512_add_epi32(pos, one), skip);
+    const __m512i b = _mm512_or_si512(
+        _mm512_sllv_epi32(one, pos),
+        _mm512_maskz_sllv_epi32(hit, one, _mm512_and_si512(pos2, _mm512_set1_epi32(7))));
+    const __mmask16 later = hit & _mm512_cmplt_epu32_mask(pos2, _mm512_set1_epi32(7));
+    _mm512_storeu_si512(bits, b);
+    _mm512_storeu_si512(state, _mm512_mask_blend_epi32(later, _mm512_set1_epi32(0xff), pos2));
+    return later;
 }
-AVX512_TARGET static void steps_avx512(const rng_t *restrict g, uint64_t gbase,
-                                       const uint32_t *restrict off,
-                                       const uint32_t *restrict lim, uint32_t n,
-                                       uint32_t *restrict bits, uint32_t *restrict state) {
-    steps_body(g, gbase, off, lim, n, bits, state);
+
+/* The later seeds of the lanes of a vector of 16 groups whose step 2 must run (rare) */
+static inline void later_lanes(const rng_t *restrict g, uint64_t gc, uint32_t lanes,
+                               const uint32_t *off, uint32_t *bits, const uint32_t *state) {
+    for (; lanes; lanes &= lanes - 1) {
+        const int j = __builtin_ctz(lanes);
+        bits[j] |= later_seeds(g, gc + off[j], state[j]);
+    }
+}
+
+/* chunk_base on 16 lanes, in registers: the hashes' comparison is the lane mask that
+ * compresses the groups holding a seed into a vector (no flags, no table, no trip through
+ * memory, which would wait for the stores of the masked pass to drain); each full vector of
+ * 16 such groups runs steps16. Same result as chunk_base. */
+AVX512_TARGET static uint32_t chunk_avx512(const rng_t *restrict g, uint64_t gc, uint32_t hk,
+                                           int64_t len, uint32_t *restrict off,
+                                           uint32_t *restrict bits, uint32_t *restrict state) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const uint32_t lo = (uint32_t)gc, hi = (uint32_t)(gc >> 32);
+    const __m512i vk0 = _mm512_set1_epi32((int)g->k0), vhk = _mm512_set1_epi32((int)hk);
+    const __m512i vany = _mm512_set1_epi32((int)g->any), vlo = _mm512_set1_epi32((int)lo);
+    __m512i acc_i = _mm512_setzero_si512(), acc_h = _mm512_setzero_si512();
+    uint32_t n = 0, c = 0; /* groups done; lanes filled in acc */
+    for (int64_t i = 0; i < len; i += 16) {
+        const __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)i), iota);
+        const __m512i h =
+            mix16(_mm512_xor_si512(mix16(_mm512_xor_si512(_mm512_add_epi32(vlo, at), vk0)), vhk));
+        uint32_t m = _mm512_cmplt_epu32_mask(h, vany);
+        if (len - i < 16) m &= (1U << (len - i)) - 1;
+        const uint32_t k = (uint32_t)__builtin_popcount(m); /* 0 too: no branch */
+        const __m512i ci = _mm512_maskz_compress_epi32((__mmask16)m, at);
+        const __m512i ch = _mm512_maskz_compress_epi32((__mmask16)m, h);
+        if (c + k < 16) {
+            const __mmask16 into = (__mmask16)(((1U << k) - 1) << c);
+            acc_i = _mm512_mask_expand_epi32(acc_i, into, ci);
+            acc_h = _mm512_mask_expand_epi32(acc_h, into, ch);
+            c += k;
+            continue;
+        }
+        const __mmask16 fill = (__mmask16)(0xffffU << c);
+        acc_i = _mm512_mask_expand_epi32(acc_i, fill, ci);
+        acc_h = _mm512_mask_expand_epi32(acc_h, fill, ch);
+        _mm512_storeu_si512(off + n, acc_i);
+        later_lanes(g, gc, steps16(g, hi, _mm512_add_epi32(vlo, acc_i), acc_h, bits + n, state + n),
+                    off + n, bits + n, state + n);
+        n += 16;
+        const __m512i down = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 - c)));
+        acc_i = _mm512_permutexvar_epi32(down, ci); /* the lanes left over, from lane 0 */
+        acc_h = _mm512_permutexvar_epi32(down, ch);
+        c = c + k - 16;
+    }
+    if (c) {
+        _mm512_storeu_si512(off + n, acc_i);
+        const __mmask16 later =
+            steps16(g, hi, _mm512_add_epi32(vlo, acc_i), acc_h, bits + n, state + n);
+        later_lanes(g, gc, later & (__mmask16)((1U << c) - 1), off + n, bits + n, state + n);
+        n += c;
+    }
+    return n;
 }
 #endif
 
 /* The clones in use: 0 generic, 1 AVX-512; -1 until the first call picks the best */
 static int isa = -1;
-static flags_fn flags_impl = flags_base;
-static flags_listed_fn flags_listed_impl = flags_listed_base;
-static steps_fn steps_impl = steps_base;
+static chunk_fn chunk_impl = chunk_base;
 
 static int avx512_supported(void) {
 #ifdef HAVE_AVX512_CLONES
@@ -192,9 +319,7 @@ static int avx512_supported(void) {
 static void set_isa(int want) {
     isa = want == 1 && avx512_supported();
 #ifdef HAVE_AVX512_CLONES
-    flags_impl = isa ? flags_avx512 : flags_base;
-    flags_listed_impl = isa ? flags_listed_avx512 : flags_listed_base;
-    steps_impl = isa ? steps_avx512 : steps_base;
+    chunk_impl = isa ? chunk_avx512 : chunk_base;
 #endif
 }
 
@@ -206,54 +331,11 @@ int plugdrop_isa(int want) {
     return isa;
 }
 
-/* The seeds after step 1 of group grp, whose last seed so far is at pos < 7 (steps 2 .. 7),
- * up to position lim */
-static uint32_t later_seeds(const rng_t *g, uint64_t grp, uint32_t pos, uint32_t lim) {
-    uint32_t bits = 0;
-    for (uint64_t n = grp * 8 + 2; pos < lim; ++n) {
-        const uint32_t u = mix(mix((uint32_t)n ^ g->k1) ^ (uint32_t)(n >> 32) ^ g->k0);
-        const uint32_t r1 = 6 - pos;
-        if (u >= g->F[r1]) break;
-        uint32_t skip = 0;
-        for (uint32_t i = 0; i < r1; ++i) skip += u >= g->F[i];
-        pos += 1 + skip;
-        bits |= 1u << pos;
-    }
-    return bits;
-}
-
-/* The seeds of groups gbase + off[k], k < n <= CHUNK, each of which holds at least one, as
- * out[off[k]] = their byte (bit j: position 8 g + j), exact up to position lim[k] (later
- * ones may be missing). off and lim have room for n rounded up to a
- * multiple of 16: the vector loop runs over whole vectors (a scalar remainder of this loop
- * costs more than the padding). */
-static void seeds_listed(const rng_t *g, uint64_t gbase, uint32_t *off, uint32_t *lim,
-                         uint32_t n, uint8_t *out) {
-    uint32_t bits[CHUNK + 16], state[CHUNK + 16];
-    const uint32_t n16 = (n + 15) & ~15U;
-    for (uint32_t k = n; k < n16; ++k) off[k] = lim[k] = 0;
-    steps_impl(g, gbase, off, lim, n16, bits, state);
-    for (uint32_t k = 0; k < n; ++k) {
-        uint32_t b = bits[k];
-        if (state[k] != 0xff) b |= later_seeds(g, gbase + off[k], state[k], lim[k]);
-        out[off[k]] = (uint8_t)b;
-    }
-}
-
 /* The seeds of one group g that holds at least one (bit j: position 8 g + j) */
 static inline uint32_t group_seeds(const rng_t *g, uint64_t grp) {
-    uint32_t off[16] = {0}, lim[16] = {7};
-    uint8_t b;
-    seeds_listed(g, grp, off, lim, 1, &b);
-    return b;
-}
-
-/* the highest set bit of a nonzero byte */
-static inline uint32_t last_bit(uint8_t b) { return 31U - (uint32_t)__builtin_clz(b); }
-
-/* bit j of the result: byte j of w (each 0 or 1) */
-static inline uint32_t byte_bits(uint64_t w) {
-    return (uint32_t)((w * 0x0102040810204080ULL) >> 56);
+    uint32_t off[16] = {0}, hv[16] = {hash_a(grp, g->k0, g->k1)}, bits[16], state[16];
+    steps_base(g, grp, off, hv, 1, bits, state);
+    return bits[0] | (state[0] != 0xff ? later_seeds(g, grp, state[0]) : 0);
 }
 
 /* Successful draws among positions first .. first + count - 1, as offsets from first, into
@@ -295,96 +377,56 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
     return nh;
 }
 
-/* The seeds of groups g0 .. g0 + ng - 1 as one byte per group (bit j: position 8g + j) into
- * out, without a branch per seed: a vectorized loop decides for a chunk of groups whether each
- * holds a seed, the groups that do are listed by a table (branch-free), then drawn 8 or 16 at
- * a time (seeds_listed). With live given (bit k: group g0 + k), a group whose live bit is 0 is
- * not drawn (its byte is 0): the caller ignores those positions anyway; with vbytes given
- * (byte k: the positions of group g0 + k the caller uses), bits past the last of those may be
- * missing. */
-static void draw_bytes(const rng_t *g, int64_t g0, int64_t ng, const uint8_t *live,
-                       const uint8_t *vbytes, uint8_t *out) {
-    uint8_t flag[CHUNK + 8], idx[CHUNK + 8];
-    uint32_t off[CHUNK + 16], lim[CHUNK + 16];
+/* The seeds of groups g0 .. g0 + ng - 1, without a branch per group: a vectorized loop decides
+ * for a chunk of groups whether each holds a seed and lists those that do, which are then
+ * drawn 16 at a time (chunk_impl). With at == NULL, one byte per group into out
+ * (bit j: position 8g + j); else each seed is placed: the one at position 8 g0 + p0 + t,
+ * 0 <= t < nv, sets bit at[t] of m. */
+static void draw_seeds(const rng_t *g, int64_t g0, int64_t ng, uint8_t *out, const uint32_t *at,
+                       int64_t p0, int64_t nv, uint64_t *m) {
+    /* 64-byte aligned: a 16-lane store read back lane by lane must not straddle cache lines */
+    uint32_t off[CHUNK + 16] __attribute__((aligned(64))), hv[CHUNK + 16] __attribute__((aligned(64)));
+    uint32_t bits[CHUNK + 16] __attribute__((aligned(64))), state[CHUNK + 16] __attribute__((aligned(64)));
     const uint32_t k0 = g->k0, k1 = g->k1;
     for (int64_t c0 = 0; c0 < ng; c0 += CHUNK) {
         const int64_t len = ng - c0 < CHUNK ? ng - c0 : CHUNK;
         const int64_t gc = g0 + c0;
         const uint32_t lo = (uint32_t)gc, hk = (uint32_t)((uint64_t)gc >> 32) ^ k1;
+        uint32_t n = 0;
         if ((uint64_t)lo + (uint64_t)len <= ((uint64_t)1 << 32)) {
-            flags_impl(flag, lo, hk, k0, g->any, len);
+            n = chunk_impl(g, (uint64_t)gc, hk, len, off, bits, state);
         } else { /* the chunk straddles a multiple of 2**32 */
-            for (int64_t i = 0; i < len; ++i)
-                flag[i] = hash_a((uint64_t)(gc + i), k0, k1) < g->any;
+            for (int64_t i = 0; i < len; ++i) {
+                const uint32_t h = hash_a((uint64_t)(gc + i), k0, k1);
+                if (h < g->any) {
+                    off[n] = (uint32_t)i;
+                    hv[n++] = h;
+                }
+            }
+            const uint32_t n16 = (n + 15) & ~15U;
+            for (uint32_t k = n; k < n16; ++k) off[k] = hv[k] = 0;
+            steps_base(g, (uint64_t)gc, off, hv, n16, bits, state);
+            for (uint32_t k = 0; k < n; ++k)
+                if (state[k] != 0xff) bits[k] |= later_seeds(g, (uint64_t)gc + off[k], state[k]);
         }
-        memset(flag + len, 0, 8);
-        uint32_t n = 0;
-        for (int64_t i = 0; i < len; i += 8) {
-            uint64_t fw;
-            memcpy(&fw, flag + i, 8);
-            uint32_t m = byte_bits(fw);
-            if (live) m &= live[(c0 + i) >> 3];
-            const uint64_t w = compact[m] + (uint64_t)i * 0x0101010101010101ULL;
-            memcpy(idx + n, &w, 8);
-            n += (uint32_t)__builtin_popcount(m);
+        if (at == NULL) {
+            memset(out + c0, 0, (size_t)len);
+            for (uint32_t k = 0; k < n; ++k) out[c0 + off[k]] = (uint8_t)bits[k];
+            continue;
         }
-        memset(out + c0, 0, (size_t)len);
         for (uint32_t k = 0; k < n; ++k) {
-            off[k] = idx[k];
-            lim[k] = vbytes ? last_bit(vbytes[c0 + idx[k]]) : 7;
+            const int64_t base = 8 * (c0 + (int64_t)off[k]) - p0;
+            for (uint32_t b = bits[k]; b; b &= b - 1) {
+                const int64_t t = base + __builtin_ctz(b);
+                if ((uint64_t)t < (uint64_t)nv) m[at[t] >> 6] |= (uint64_t)1 << (at[t] & 63);
+            }
         }
-        seeds_listed(g, (uint64_t)gc, off, lim, n, out + c0);
     }
 }
 
-/* draw_bytes for the listed groups only: groups g0 + idx[k] (idx ascending, k < nl, each below
- * ng) get their byte of seeds in out[idx[k]], exact at the positions set in vbytes[idx[k]]
- * (later bits may be missing); out[0 .. ng - 1] is cleared first. Where few
- * groups can hold a valid position (large blocks on small maps), this skips the others'
- * hashes. */
-static void draw_listed_part(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx,
-                             int64_t nl, const uint8_t *vbytes, uint8_t *out);
-
-static void draw_listed(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx, int64_t nl,
-                        const uint8_t *vbytes, uint8_t *out) {
-    memset(out, 0, (size_t)ng);
-    while (nl > 0 && idx[nl - 1] >= ng) --nl;
-    draw_listed_part(g, g0, ng, idx, nl, vbytes, out);
-}
-
-/* draw_listed for the entries idx[0 .. nl - 1] (each below ng), out not cleared first */
-static void draw_listed_part(const rng_t *g, int64_t g0, int64_t ng, const uint32_t *idx,
-                             int64_t nl, const uint8_t *vbytes, uint8_t *out) {
-    uint8_t flag[CHUNK + 8];
-    uint32_t hit[CHUNK + 16], lim[CHUNK + 16];
-    const uint32_t k0 = g->k0, k1 = g->k1;
-    const uint32_t lo = (uint32_t)g0, hk = (uint32_t)((uint64_t)g0 >> 32) ^ k1;
-    const int wraps = (uint64_t)lo + (uint64_t)ng > ((uint64_t)1 << 32);
-    for (int64_t c0 = 0; c0 < nl; c0 += CHUNK) {
-        const int64_t len = nl - c0 < CHUNK ? nl - c0 : CHUNK;
-        if (!wraps) {
-            flags_listed_impl(flag, idx + c0, lo, hk, k0, g->any, len);
-        } else { /* the groups straddle a multiple of 2**32 */
-            for (int64_t i = 0; i < len; ++i)
-                flag[i] = hash_a((uint64_t)g0 + idx[c0 + i], k0, k1) < g->any;
-        }
-        memset(flag + len, 0, 8);
-        uint32_t n = 0;
-        for (int64_t i = 0; i < len; i += 8) {
-            uint64_t fw;
-            memcpy(&fw, flag + i, 8);
-            const uint32_t m = byte_bits(fw);
-            const uint64_t w = compact[m];
-            for (int j = 0; j < 8; ++j)
-                hit[n + j] = (uint32_t)(c0 + i) + (uint32_t)(w >> (8 * j) & 0xff);
-            n += (uint32_t)__builtin_popcount(m);
-        }
-        for (uint32_t k = 0; k < n; ++k) {
-            hit[k] = idx[hit[k]];
-            lim[k] = last_bit(vbytes[hit[k]]);
-        }
-        seeds_listed(g, (uint64_t)g0, hit, lim, n, out);
-    }
+/* draw_seeds, one byte per group into out */
+static void draw_bytes(const rng_t *g, int64_t g0, int64_t ng, uint8_t *out) {
+    draw_seeds(g, g0, ng, out, NULL, 0, 0, NULL);
 }
 
 /* ------------------------------------------------------------------------------ bit arrays
@@ -450,14 +492,16 @@ static inline uint32_t bits8(const uint64_t *a, int64_t pos) { /* bits pos .. po
     return (uint32_t)(t >> (pos & 7)) & 0xffU;
 }
 
-/* The valid seed positions of maps 0 .. maps - 1 (S positions each) as bits: those whose block
- * fits in the map. */
-static void valid_bits(uint64_t *a, int64_t nw, int64_t maps, int64_t S, int64_t H, int64_t W,
-                       int64_t Dv, int64_t Hv, int64_t Wv) {
-    memset(a, 0, (size_t)nw * 8);
+/* The seed table of maps 0 .. maps - 1 (S positions each): at seed-grid index t (map t / V,
+ * the (Dv, Hv, Wv) grid of the positions whose block fits), the bit position of that seed in
+ * the maps' bit array. */
+static void seed_table(uint32_t *at, int64_t maps, int64_t S, int64_t H, int64_t W, int64_t Dv,
+                       int64_t Hv, int64_t Wv) {
+    int64_t t = 0;
     for (int64_t m = 0; m < maps; ++m)
         for (int64_t d = 0; d < Dv; ++d)
-            for (int64_t h = 0; h < Hv; ++h) set_run(a, m * S + (d * H + h) * W, Wv);
+            for (int64_t h = 0; h < Hv; ++h)
+                for (int64_t w = 0; w < Wv; ++w) at[t++] = (uint32_t)(m * S + (d * H + h) * W + w);
 }
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -646,50 +690,41 @@ typedef struct {
     int failed;
 } job_t;
 
-/* Maps whose seed positions start on a multiple of 64 bits: a group of maps starting at a
- * multiple of this many maps draws whole bytes and reuses one pattern of valid positions. */
-static int64_t map_align(int64_t S) {
+/* Groups of maps start at multiples of this many maps: then their first position is a multiple
+ * of 64 bits, and their first seed-grid index (V seeds per map) a multiple of 8, so a group
+ * draws whole bytes. */
+static int64_t map_align(int64_t S, int64_t V) {
     int64_t a = 64, s = S;
     while (a > 1 && (s & 1) == 0) {
         a >>= 1;
         s >>= 1;
     }
-    return a;
+    int64_t b = 8, v = V;
+    while (b > 1 && (v & 1) == 0) {
+        b >>= 1;
+        v >>= 1;
+    }
+    return a > b ? a : b;
 }
 
 /* Slices of the masked pass between which the next group's draws run (the pipeline of
  * channels_first) */
 #define PIPE_SLICES 4
 
-/* Part k of `parts` of the draws of the group of maps whose first position group is g0 (nb
- * position groups) into out: with list == NULL, a range of the bytes (draw_bytes on a part:
- * the same bytes as one call); else a range of the nl listed groups (out cleared with part 0).
- */
-static void draw_part(const rng_t *g, int64_t g0, int64_t nb, int64_t k, int64_t parts,
-                      const uint8_t *live, const uint32_t *list, int64_t nl,
-                      const uint8_t *vbytes, uint8_t *out) {
-    if (list == NULL) {
-        const int64_t step = ((nb + parts - 1) / parts + 7) & ~(int64_t)7;
-        const int64_t b0 = k * step, b1 = (k + 1) * step < nb ? (k + 1) * step : nb;
-        if (b1 > b0) draw_bytes(g, g0 + b0, b1 - b0, live + b0 / 8, vbytes + b0, out + b0);
-    } else {
-        if (k == 0) memset(out, 0, (size_t)nb);
-        while (nl > 0 && list[nl - 1] >= nb) --nl;
-        const int64_t step = (nl + parts - 1) / parts;
-        const int64_t l0 = k * step, l1 = (k + 1) * step < nl ? (k + 1) * step : nl;
-        if (l1 > l0) draw_listed_part(g, g0, nb, list + l0, l1 - l0, vbytes, out);
-    }
+/* Part k of `parts` of the seeds at seed-grid positions 8 g0 .. 8 g0 + nv - 1, placed on m by
+ * the table at: together, the same bits as one draw_seeds call */
+static void draw_part(const rng_t *g, int64_t g0, int64_t nv, const uint32_t *at, uint64_t *m,
+                      int64_t k, int64_t parts) {
+    const int64_t ng = (nv + 7) / 8, step = (ng + parts - 1) / parts;
+    const int64_t b0 = k * step, b1 = (k + 1) * step < ng ? (k + 1) * step : ng;
+    if (b1 > b0) draw_seeds(g, g0 + b0, b1 - b0, NULL, at, -8 * b0, nv, m);
 }
 
-/* The drawn seeds in m (bits 0 .. bits - 1; m and t have nw words) kept where valid and grown
- * into their blocks; returns the array holding the result (m or t), zero past bits. */
-static uint64_t *grow_blocks(uint64_t *m, uint64_t *t, const uint64_t *valid, int64_t nw,
-                             int64_t bits, int64_t bw, int64_t bh, int64_t bd, int64_t W,
-                             int64_t HW) {
-    const int64_t nb = (bits + 7) / 8, words = (bits + 63) / 64;
-    memset((uint8_t *)m + nb, 0, (size_t)(nw * 8 - nb));
-    for (int64_t j = 0; j < words; ++j) m[j] &= valid[j];
-    if (bits & 63) m[words - 1] &= ((uint64_t)1 << (bits & 63)) - 1;
+/* The seeds in m (bits 0 .. bits - 1; m and t have nw words, zero past bits) grown into their
+ * blocks; returns the array holding the result (m or t), zero past bits. */
+static uint64_t *grow_blocks(uint64_t *m, uint64_t *t, int64_t bits, int64_t bw, int64_t bh,
+                             int64_t bd, int64_t W, int64_t HW) {
+    const int64_t words = (bits + 63) / 64;
     uint64_t *res = dilate(m, t, words, bw, 1);
     res = dilate(res, res == m ? t : m, words, bh, W);
     res = dilate(res, res == m ? t : m, words, bd, HW);
@@ -702,14 +737,14 @@ static uint64_t *grow_blocks(uint64_t *m, uint64_t *t, const uint64_t *valid, in
 #define SMALL_MAP 256
 
 /* Channels-first maps u0 .. u1 - 1 (u0 a multiple of job->align). The seeds of a group of maps
- * are drawn as bits (positions of the flattened (B, C, D, H, W) grid, or (B, 1, D, H, W) if
- * shared; those whose block does not fit are cleared), grown into their blocks by shifted ORs
- * of the whole bit array (a block never leaves its map: its seed fits), and the maps written
- * in one pass that multiplies by the scale and clears the dropped elements: no work per seed. */
+ * are drawn on their seed grid, placed as bits on the maps' positions (seed_table), grown into
+ * their blocks by shifted ORs of the whole bit array (a block never leaves its map: its seed
+ * fits), and the maps written in one pass that multiplies by the scale and clears the dropped
+ * elements: no work per element of a block. */
 static void channels_first(job_t *job, int dtype) {
     const int64_t C = job->C, H = job->H, W = job->W, S = job->D * H * W;
     const int64_t bd = job->bd, bh = job->bh, bw = job->bw;
-    const int64_t Dv = job->D - bd + 1, Hv = H - bh + 1, Wv = W - bw + 1;
+    const int64_t Dv = job->D - bd + 1, Hv = H - bh + 1, Wv = W - bw + 1, V = Dv * Hv * Wv;
     const int shared = job->shared;
     const int64_t a = job->align, es = dtype == 0 ? 4 : 8;
     apply_fn apply32;
@@ -721,36 +756,27 @@ static void channels_first(job_t *job, int dtype) {
     if (gm > job->u1 - job->u0) gm = a * ((job->u1 - job->u0 + a - 1) / a); /* few maps */
     const int64_t sw = (S + 63) / 64 + 2;      /* words of one map's mask (shared) */
     const int64_t nw = (gm * S + 63) / 64 + 2; /* + padding for bits8 and or_bits_at */
-    uint64_t *valid = (uint64_t *)malloc((size_t)nw * 8);
+    const int64_t nv = shared ? V : gm * V;    /* seeds drawn at a time (seed-grid positions) */
     uint64_t *mask = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *tmp = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *mask2 = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *tmp2 = (uint64_t *)malloc((size_t)nw * 8);
-    uint64_t *smask = (uint64_t *)malloc((size_t)(3 * sw + 1) * 8);
-    uint8_t *live = (uint8_t *)calloc((size_t)nw + 1, 1);
-    uint32_t *listed = (uint32_t *)malloc((size_t)(nw * 8 + 8) * 4);
+    uint64_t *smask = (uint64_t *)malloc((size_t)(2 * sw) * 8);
+    uint8_t *drawn = (uint8_t *)malloc((size_t)(gm + 7) / 8); /* maps dropped whole */
+    uint32_t *at = (uint32_t *)malloc((size_t)nv * 4);
     void *srep = S < SMALL_MAP ? malloc((size_t)(gm * S * es)) : NULL;
-    if (!valid || !mask || !tmp || !mask2 || !tmp2 || !smask || !live || !listed ||
+    if (!mask || !tmp || !mask2 || !tmp2 || !smask || !drawn || !at ||
         (S < SMALL_MAP && !srep)) {
-        free(valid); free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(live);
-        free(srep); free(listed);
+        free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(drawn); free(at);
+        free(srep);
         job->failed = 1;
         return;
     }
-    valid_bits(valid, nw, gm, S, H, W, Dv, Hv, Wv);
-    /* live bit k: byte k of valid (group k of 8 positions) holds a valid position */
-    for (int64_t k = 0; k < nw * 8; ++k)
-        live[k >> 3] |= (uint8_t)((((const uint8_t *)valid)[k] != 0) << (k & 7));
-    /* the groups of 8 positions that hold a valid one: drawn from a list if they are few */
-    int64_t nl = 0;
-    for (int64_t k = 0; k < (gm * S + 7) / 8; ++k)
-        if (((const uint8_t *)valid)[k]) listed[nl++] = (uint32_t)k;
-    for (int j = 0; j < 8; ++j) listed[nl + j] = 0;
-    const int use_list = nl * 2 < (gm * S + 7) / 8;
+    seed_table(at, shared ? 1 : gm, S, H, W, Dv, Hv, Wv);
     if (srep)
         for (int64_t k = 0; k < gm; ++k)
             memcpy((char *)srep + k * S * es, job->scale, (size_t)(S * es));
-    const int whole = Dv == 1 && Hv == 1 && Wv == 1;
+    const int whole = V == 1;
     int uniform = 1; /* the same scale at every position */
     for (int64_t i = 1; i < S && uniform; ++i)
         uniform = memcmp((const char *)job->scale + i * es, job->scale, (size_t)es) == 0;
@@ -763,48 +789,43 @@ static void channels_first(job_t *job, int dtype) {
     int64_t u_done = job->u0;
     if (!shared && !whole && S < SMALL_MAP && job->u1 > job->u0) {
         uint64_t *cm = mask, *ct = tmp, *nm = mask2, *nt = tmp2;
-        const uint32_t *list = use_list ? listed : NULL;
         int64_t u = job->u0, n = gm < job->u1 - u ? gm : job->u1 - u;
-        draw_part(&job->rng, u * S / 8, (n * S + 7) / 8, 0, 1, live, list, nl,
-                  (const uint8_t *)valid, (uint8_t *)cm);
-        uint64_t *res = grow_blocks(cm, ct, valid, nw, n * S, bw, bh, bd, W, H * W);
+        memset(cm, 0, (size_t)nw * 8);
+        draw_seeds(&job->rng, u * V / 8, (n * V + 7) / 8, NULL, at, 0, n * V, cm);
+        uint64_t *res = grow_blocks(cm, ct, n * S, bw, bh, bd, W, H * W);
         while (u < job->u1) {
             const int64_t un = u + n;
             const int64_t nn = un < job->u1 ? (gm < job->u1 - un ? gm : job->u1 - un) : 0;
-            const int64_t nbn = (nn * S + 7) / 8;
             const int64_t slice = ((n * S + PIPE_SLICES - 1) / PIPE_SLICES + 63) & ~(int64_t)63;
-            int64_t drawn = nn > 0 ? 0 : PIPE_SLICES; /* parts of the next group's draws done */
+            int64_t parts = nn > 0 ? 0 : PIPE_SLICES; /* parts of the next group's draws done */
+            if (nn > 0) memset(nm, 0, (size_t)nw * 8);
             for (int64_t k = 0; k < n;) {
                 const int64_t m = u + k, b = m / C, c = m - b * C;
-                const int64_t run = S < SMALL_MAP ? (C - c < n - k ? C - c : n - k) : 1;
+                const int64_t run = C - c < n - k ? C - c : n - k;
                 const int64_t len = run * S, off = k * S;
                 for (int64_t e = 0; e < len;) {
                     const int64_t pl = len - e < slice ? len - e : slice;
                     const int64_t xo = b * job->x_bstride + c * S + e;
                     const int64_t oo = b * job->out_bstride + c * S + e;
-                    const int64_t so = srep ? off + e : e;
                     if (dtype == 0 && uniform)
                         uniform32((const float *)job->x + xo, (float *)job->out + oo,
                                   ((const float *)job->scale)[0], res, off + e, pl);
                     else if (dtype == 0)
                         apply32((const float *)job->x + xo, (float *)job->out + oo,
-                                (const float *)(srep ? srep : job->scale) + so, res, off + e, pl);
+                                (const float *)srep + off + e, res, off + e, pl);
                     else
                         apply_f64((const double *)job->x + xo, (double *)job->out + oo,
-                                  (const double *)(srep ? srep : job->scale) + so, res, off + e,
-                                  pl);
+                                  (const double *)srep + off + e, res, off + e, pl);
                     e += pl;
-                    if (drawn < PIPE_SLICES) /* a part of the next group's draws */
-                        draw_part(&job->rng, un * S / 8, nbn, drawn++, PIPE_SLICES, live, list,
-                                  nl, (const uint8_t *)valid, (uint8_t *)nm);
+                    if (parts < PIPE_SLICES) /* a part of the next group's draws */
+                        draw_part(&job->rng, un * V / 8, nn * V, at, nm, parts++, PIPE_SLICES);
                 }
                 k += run;
             }
             if (nn > 0) {
-                while (drawn < PIPE_SLICES)
-                    draw_part(&job->rng, un * S / 8, nbn, drawn++, PIPE_SLICES, live, list, nl,
-                              (const uint8_t *)valid, (uint8_t *)nm);
-                res = grow_blocks(nm, nt, valid, nw, nn * S, bw, bh, bd, W, H * W);
+                while (parts < PIPE_SLICES)
+                    draw_part(&job->rng, un * V / 8, nn * V, at, nm, parts++, PIPE_SLICES);
+                res = grow_blocks(nm, nt, nn * S, bw, bh, bd, W, H * W);
                 uint64_t *t = cm;
                 cm = nm;
                 nm = t;
@@ -821,32 +842,26 @@ static void channels_first(job_t *job, int dtype) {
     uint64_t *sres = smask;
     for (int64_t u = u_done; u < job->u1;) {
         const int64_t n = gm < job->u1 - u ? gm : job->u1 - u;
-        const int64_t words = (n * S + 63) / 64;
         uint64_t *res = mask;
         if (!shared) {
-            /* u * S is a multiple of 64: whole bytes, and the pattern of valid positions
-             * starts at bit 0 */
-            const int64_t nb = (n * S + 7) / 8;
-            if (use_list)
-                draw_listed(&job->rng, u * S / 8, nb, listed, nl, (const uint8_t *)valid,
-                            (uint8_t *)mask);
-            else
-                draw_bytes(&job->rng, u * S / 8, nb, live, (const uint8_t *)valid, (uint8_t *)mask);
+            /* u * V is a multiple of 8: whole bytes */
+            if (whole) /* bit k: map u + k is dropped */
+                draw_bytes(&job->rng, u / 8, (n + 7) / 8, drawn);
             if (whole && uniform) {
                 /* Maps dropped whole or scaled by one number (Dropout2d, blocks as large as
                  * the map): runs of consecutive maps in the same state, zero-filled without
                  * reading x or multiplied by a constant; no bit arrays. */
                 for (int64_t k = 0; k < n;) {
                     const int64_t m = u + k, b = m / C, c = m - b * C;
-                    const uint64_t drop = mask[(k * S) >> 6] >> ((k * S) & 63) & 1;
+                    const int drop = drawn[k >> 3] >> (k & 7) & 1;
                     int64_t run = 1;
                     while (run < C - c && k + run < n &&
-                           (mask[((k + run) * S) >> 6] >> (((k + run) * S) & 63) & 1) == drop)
+                           (drawn[(k + run) >> 3] >> ((k + run) & 7) & 1) == drop)
                         ++run;
                     if (dtype == 0)
                         run32((const float *)job->x + b * job->x_bstride + c * S,
-                                      (float *)job->out + b * job->out_bstride + c * S,
-                                      drop ? 0.0f : ((const float *)job->scale)[0], run * S);
+                              (float *)job->out + b * job->out_bstride + c * S,
+                              drop ? 0.0f : ((const float *)job->scale)[0], run * S);
                     else
                         scale_run_f64((const double *)job->x + b * job->x_bstride + c * S,
                                       (double *)job->out + b * job->out_bstride + c * S,
@@ -856,31 +871,25 @@ static void channels_first(job_t *job, int dtype) {
                 u += n;
                 continue;
             }
-            if (whole) { /* the block is the map: a map with a seed (at 0) is dropped whole */
+            if (whole) { /* the block is the map: a map with a seed is dropped whole */
                 memset(tmp, 0, (size_t)nw * 8);
                 for (int64_t k = 0; k < n; ++k)
-                    if (mask[(k * S) >> 6] >> ((k * S) & 63) & 1) set_run(tmp, k * S, S);
+                    if (drawn[k >> 3] >> (k & 7) & 1) set_run(tmp, k * S, S);
                 res = tmp;
-                res[words] = res[words + 1] = 0;
             } else {
-                res = grow_blocks(mask, tmp, valid, nw, n * S, bw, bh, bd, W, H * W);
+                memset(mask, 0, (size_t)nw * 8);
+                draw_seeds(&job->rng, u * V / 8, (n * V + 7) / 8, NULL, at, 0, n * V, mask);
+                res = grow_blocks(mask, tmp, n * S, bw, bh, bd, W, H * W);
             }
         } else {
             memset(mask, 0, (size_t)nw * 8);
             for (int64_t k = 0; k < n; ++k) {
                 const int64_t b = (u + k) / C;
                 if (b != smask_b) { /* one sample's seeds serve its C maps */
-                    const int64_t first = b * S, sh = first & 7, nb = (sh + S + 7) / 8;
-                    const int64_t mw = (S + 63) / 64;
-                    uint64_t *raw = smask + 2 * sw, *m0 = smask, *m1 = smask + sw;
-                    draw_bytes(&job->rng, first >> 3, nb, NULL, NULL, (uint8_t *)raw);
-                    memset((uint8_t *)raw + nb, 0, (size_t)((sw + 1) * 8 - nb));
-                    for (int64_t j = 0; j < mw; ++j)
-                        m0[j] = ((raw[j] >> sh) | (sh ? raw[j + 1] << (64 - sh) : 0)) & valid[j];
-                    if (S & 63) m0[mw - 1] &= ((uint64_t)1 << (S & 63)) - 1;
-                    sres = dilate(m0, m1, mw, bw, 1);
-                    sres = dilate(sres, sres == m0 ? m1 : m0, mw, bh, W);
-                    sres = dilate(sres, sres == m0 ? m1 : m0, mw, bd, H * W);
+                    const int64_t first = b * V, sh = first & 7;
+                    memset(smask, 0, (size_t)sw * 8);
+                    draw_seeds(&job->rng, first >> 3, (sh + V + 7) / 8, NULL, at, sh, V, smask);
+                    sres = grow_blocks(smask, smask + sw, S, bw, bh, bd, W, H * W);
                     smask_b = b;
                 }
                 or_bits_at(mask, k * S, sres, S);
@@ -909,8 +918,8 @@ static void channels_first(job_t *job, int dtype) {
         }
         u += n;
     }
-    free(valid); free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(live);
-    free(srep); free(listed);
+    free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(drawn); free(at);
+    free(srep);
 }
 
 /* Channels-last samples u0 .. u1 - 1: x * scale, then the block of each seed zeroed. */
@@ -918,11 +927,11 @@ static void channels_first(job_t *job, int dtype) {
 static void NAME(job_t *job) {                                                                 \
     const int64_t C = job->C, H = job->H, W = job->W;                                          \
     const int64_t bd = job->bd, bh = job->bh, bw = job->bw;                                    \
-    const int64_t Dv = job->D - bd + 1, Hv = H - bh + 1, Wv = W - bw + 1;                      \
-    const int64_t S = job->D * H * W;                                                          \
+    const int64_t Hv = H - bh + 1, Wv = W - bw + 1;                                            \
+    const int64_t V = (job->D - bd + 1) * Hv * Wv, S = job->D * H * W;                         \
     const int shared = job->shared;                                                            \
     const T *restrict scale = (const T *)job->scale;                                           \
-    const int64_t per = shared ? S : C * S;                                                    \
+    const int64_t per = shared ? V : C * V; /* seed-grid positions per sample */               \
     int64_t *hits = (int64_t *)malloc((size_t)(per + 1) * sizeof(int64_t));                    \
     if (!hits) { job->failed = 1; return; }                                                    \
     for (int64_t b = job->u0; b < job->u1; ++b) {                                              \
@@ -936,10 +945,9 @@ static void NAME(job_t *job) {                                                  
         }                                                                                      \
         const int64_t nh = draw(&job->rng, b * per, per, hits);                                \
         for (int64_t k = 0; k < nh; ++k) {                                                     \
-            const int64_t c = shared ? 0 : hits[k] / S, r = hits[k] - c * S;                   \
-            const int64_t w0 = r % W, h0 = (r / W) % H, d0 = r / (W * H);                      \
-            if (w0 >= Wv || h0 >= Hv || d0 >= Dv) continue; /* its block does not fit */      \
-            const int64_t base = r;                                                            \
+            const int64_t c = shared ? 0 : hits[k] / V, r = hits[k] - c * V;                   \
+            const int64_t w0 = r % Wv, h0 = (r / Wv) % Hv, d0 = r / (Wv * Hv);                 \
+            const int64_t base = (d0 * H + h0) * W + w0;                                       \
             for (int64_t d = 0; d < bd; ++d)                                                   \
                 for (int64_t h = 0; h < bh; ++h) {                                             \
                     T *restrict o = out + (base + (d * H + h) * W) * C;                        \
@@ -974,7 +982,8 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     if (units <= 0) return 0;
     const int64_t numel = B * C * D * H * W;
     /* channels-first groups of maps start at multiples of align maps */
-    const int64_t align = channels_last ? 1 : map_align(D * H * W);
+    const int64_t align =
+        channels_last ? 1 : map_align(D * H * W, (D - bd + 1) * (H - bh + 1) * (W - bw + 1));
     const int64_t blocks = (units + align - 1) / align;
     if (threads > numel / GRAIN) threads = (int)(numel / GRAIN);
     if (threads > blocks) threads = (int)blocks;
