@@ -213,8 +213,9 @@ class _FusedPlan:
 
 
 #: The fused plan of each (shape, strides, dtype, device, p, block size, shared, rescale) met on
-#: the default layout: a repeated call skips the layout checks and the geometry (what they
-#: decide depends on nothing else). Bounded: a schedule makes a new ``p`` per step.
+#: the default layout by DropBlock, and of each ("dropout2d", shape, strides, dtype, device, p)
+#: by Dropout2d: a repeated call skips the layout checks and the geometry (what they decide
+#: depends on nothing else). Bounded: a schedule makes a new ``p`` per step.
 _FUSED_PLANS: dict[tuple[Any, ...], _FusedPlan] = {}
 _FUSED_PLANS_MAX = 256
 
@@ -264,6 +265,13 @@ def dropout2d(
 
 def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
                prefix_tokens: int | None) -> torch.Tensor:
+    plan_key = None
+    if not isinstance(p, torch.Tensor) and KA.USE_CEXT and (layout is None
+                                                            or layout == "channels_first"):
+        plan_key = ("dropout2d", x.shape, x.stride(), x.dtype, x.device, p)
+        plan = _FUSED_PLANS.get(plan_key)
+        if plan is not None and not torch.compiler.is_compiling():
+            return plan(x)
     view, restore = _layout.to_channels_first(x, layout, (0, 1, 2, 3), "dropout2d",
                                               prefix_tokens)
     if _is_zero(p):
@@ -276,7 +284,12 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
         sizes = tuple(view.shape[2:])
         scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
         meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
-        return restore(_FusedPlan(scale, meta)(view))
+        plan = _FusedPlan(scale, meta)
+        if plan_key is not None and cext.applies(x):  # what fused_applies says, unpatched
+            if len(_FUSED_PLANS) >= _FUSED_PLANS_MAX:
+                _FUSED_PLANS.clear()
+            _FUSED_PLANS[plan_key] = plan
+        return restore(plan(view))
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
     return restore(view * _keep_mult(view, shape, p, True))
 

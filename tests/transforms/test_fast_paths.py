@@ -162,6 +162,37 @@ def test_dropblock_fused_plan_equals_the_general_path(shared, fmt):
     assert (outs[0][0] == 0).any()
 
 
+def test_dropout2d_fused_plan_equals_the_general_path():
+    # Dropout2d on the kernel (small maps, from 64K elements) caches its plan like DropBlock:
+    # the cached call draws the same maps, with and without autograd, and a channels-last
+    # input (not cached: another layout) still gives each map dropped whole or scaled.
+    if cext.library() is None:
+        pytest.skip("no C compiler here")
+    x = torch.randn(4, 2048, 3, 3, requires_grad=True)
+    outs = []
+    for cached in (False, True, True):
+        if not cached:
+            F._FUSED_PLANS.clear()
+        torch.manual_seed(9)
+        y = F.dropout2d(x, 0.3)
+        (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        torch.manual_seed(9)
+        with torch.no_grad():
+            y_nograd = F.dropout2d(x, 0.3)
+        outs.append((y.detach(), g, y_nograd))
+    assert any(k[0] == "dropout2d" for k in F._FUSED_PLANS)
+    for y, g, y_nograd in outs:
+        assert torch.equal(y, outs[0][0]) and torch.equal(g, outs[0][1])
+        assert torch.equal(y_nograd, y)
+    y = outs[0][0]
+    dropped = (y == 0).flatten(2).all(2)
+    kept = torch.isclose(y, x.detach() / 0.7).flatten(2).all(2)
+    assert bool((dropped | kept).all()) and 0.25 < dropped.float().mean().item() < 0.35
+    cl = x.detach().to(memory_format=torch.channels_last)
+    yc = F.dropout2d(cl, 0.3)
+    assert bool(((yc == 0).flatten(2).all(2) | torch.isclose(yc, cl / 0.7).flatten(2).all(2)).all())
+
+
 def test_dropblock_plan_keeps_forward_mode_ad_under_no_grad():
     if cext.library() is None:
         pytest.skip("no C compiler here")
