@@ -306,12 +306,13 @@ def test_tensor_p_runs_the_kernel_as_a_custom_op_differentiable_twice():
 def _kernel_cases():
     """Shapes that exercise the kernel's bit-array bookkeeping: map sizes not a multiple of 8
     (or odd: groups of 64 maps), maps larger than a group, blocks as large as the map,
-    non-square blocks, 1D and 3D, a single map."""
+    non-square blocks, 1D and 3D, a single map, several groups of maps in one sample (a shared
+    mask kept from one group to the next)."""
     import random
     rng = random.Random(0)
     cases = [((2, 64, 112, 113), (3, 3)), ((3, 5, 300, 7), (7, 5)), ((1, 1, 9, 9), (9, 9)),
              ((4, 130, 7, 7), (7, 7)), ((2, 70, 7, 7), (3, 3)), ((3, 11, 201), (5,)),
-             ((2, 9, 5, 6, 7), (2, 3, 4)), ((5, 33, 1, 1), (1, 1))]
+             ((2, 9, 5, 6, 7), (2, 3, 4)), ((5, 33, 1, 1), (1, 1)), ((2, 600, 7, 7), (3, 3))]
     for _ in range(24):
         nd = rng.choice([1, 2, 2, 3])
         sizes = tuple(rng.randint(1, {1: 90, 2: 40, 3: 9}[nd]) for _ in range(nd))

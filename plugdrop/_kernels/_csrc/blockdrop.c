@@ -780,14 +780,13 @@ static void channels_first(job_t *job, int dtype) {
     int uniform = 1; /* the same scale at every position */
     for (int64_t i = 1; i < S && uniform; ++i)
         uniform = memcmp((const char *)job->scale + i * es, job->scale, (size_t)es) == 0;
-    /* Small maps (each map's own seeds, blocks smaller than the map) run as a pipeline: the
-     * masked pass of one group of maps is bound by its stores, the draws of the next by
-     * arithmetic, so the next group's draws are done in parts between slices of this group's
-     * pass, while the stores drain (5-10% on 7x7 and 14x14 maps in the cache; on larger maps,
-     * where a group is a map or two, it measured slower). Same values as the loop below (the
-     * draws of a group do not depend on how they are split). */
+    /* Each map's own seeds, blocks smaller than the map: a pipeline. The masked pass of one
+     * group of maps is bound by its stores, the draws of the next by arithmetic, so the next
+     * group's draws are done in parts between slices of this group's pass, while the stores
+     * drain (3-12% on maps of every size; the draws must not go through memory for that: see
+     * chunk_avx512). The draws of a group do not depend on how they are split. */
     int64_t u_done = job->u0;
-    if (!shared && !whole && S < SMALL_MAP && job->u1 > job->u0) {
+    if (!shared && !whole && job->u1 > job->u0) {
         uint64_t *cm = mask, *ct = tmp, *nm = mask2, *nt = tmp2;
         int64_t u = job->u0, n = gm < job->u1 - u ? gm : job->u1 - u;
         memset(cm, 0, (size_t)nw * 8);
@@ -801,8 +800,10 @@ static void channels_first(job_t *job, int dtype) {
             if (nn > 0) memset(nm, 0, (size_t)nw * 8);
             for (int64_t k = 0; k < n;) {
                 const int64_t m = u + k, b = m / C, c = m - b * C;
-                const int64_t run = C - c < n - k ? C - c : n - k;
+                /* small maps: runs of maps consecutive in memory (one sample) in one go */
+                const int64_t run = S < SMALL_MAP ? (C - c < n - k ? C - c : n - k) : 1;
                 const int64_t len = run * S, off = k * S;
+                const int64_t so = srep ? off : 0; /* the scale of element e: at so + e */
                 for (int64_t e = 0; e < len;) {
                     const int64_t pl = len - e < slice ? len - e : slice;
                     const int64_t xo = b * job->x_bstride + c * S + e;
@@ -812,10 +813,12 @@ static void channels_first(job_t *job, int dtype) {
                                   ((const float *)job->scale)[0], res, off + e, pl);
                     else if (dtype == 0)
                         apply32((const float *)job->x + xo, (float *)job->out + oo,
-                                (const float *)srep + off + e, res, off + e, pl);
+                                (const float *)(srep ? srep : job->scale) + so + e, res,
+                                off + e, pl);
                     else
                         apply_f64((const double *)job->x + xo, (double *)job->out + oo,
-                                  (const double *)srep + off + e, res, off + e, pl);
+                                  (const double *)(srep ? srep : job->scale) + so + e, res,
+                                  off + e, pl);
                     e += pl;
                     if (parts < PIPE_SLICES) /* a part of the next group's draws */
                         draw_part(&job->rng, un * V / 8, nn * V, at, nm, parts++, PIPE_SLICES);
@@ -839,15 +842,16 @@ static void channels_first(job_t *job, int dtype) {
         u_done = job->u1;
     }
     int64_t smask_b = -1; /* shared: the sample whose mask is in sres */
+    int64_t gmask_b = -1, gmask_n = 0; /* shared: the sample and maps of the group in mask */
     uint64_t *sres = smask;
     for (int64_t u = u_done; u < job->u1;) {
         const int64_t n = gm < job->u1 - u ? gm : job->u1 - u;
         uint64_t *res = mask;
         if (!shared) {
-            /* u * V is a multiple of 8: whole bytes */
-            if (whole) /* bit k: map u + k is dropped */
-                draw_bytes(&job->rng, u / 8, (n + 7) / 8, drawn);
-            if (whole && uniform) {
+            /* whole maps (the pipeline took the rest): bit k of drawn, map u + k is dropped
+             * (u a multiple of 8: whole bytes) */
+            draw_bytes(&job->rng, u / 8, (n + 7) / 8, drawn);
+            if (uniform) {
                 /* Maps dropped whole or scaled by one number (Dropout2d, blocks as large as
                  * the map): runs of consecutive maps in the same state, zero-filled without
                  * reading x or multiplied by a constant; no bit arrays. */
@@ -871,17 +875,16 @@ static void channels_first(job_t *job, int dtype) {
                 u += n;
                 continue;
             }
-            if (whole) { /* the block is the map: a map with a seed is dropped whole */
-                memset(tmp, 0, (size_t)nw * 8);
-                for (int64_t k = 0; k < n; ++k)
-                    if (drawn[k >> 3] >> (k & 7) & 1) set_run(tmp, k * S, S);
-                res = tmp;
-            } else {
-                memset(mask, 0, (size_t)nw * 8);
-                draw_seeds(&job->rng, u * V / 8, (n * V + 7) / 8, NULL, at, 0, n * V, mask);
-                res = grow_blocks(mask, tmp, n * S, bw, bh, bd, W, H * W);
-            }
-        } else {
+            /* the block is the map: a map with a seed is dropped whole */
+            memset(tmp, 0, (size_t)nw * 8);
+            for (int64_t k = 0; k < n; ++k)
+                if (drawn[k >> 3] >> (k & 7) & 1) set_run(tmp, k * S, S);
+            res = tmp;
+        } else if (u / C != (u + n - 1) / C || u / C != gmask_b || n != gmask_n) {
+            /* (a group of maps within the sample of the previous one, as many maps: its
+             * mask is the same, the sample's repeated from bit 0: kept) */
+            gmask_b = u / C == (u + n - 1) / C ? u / C : -1;
+            gmask_n = n;
             memset(mask, 0, (size_t)nw * 8);
             for (int64_t k = 0; k < n; ++k) {
                 const int64_t b = (u + k) / C;
