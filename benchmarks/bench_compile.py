@@ -1,5 +1,6 @@
 """``torch.compile`` (inductor, CPU): the compiled forward of DropBlock alone against a compiled
-``x * (rand >= p)`` and timm's compiled ``drop_block_2d``, and against eager plugdrop; and a
+``x * (rand >= p)`` and timm's compiled ``drop_block_2d``, and against eager plugdrop and
+``x * x`` eager and compiled (what compiling a call of one pass over the tensor costs); and a
 compiled training step of a small ResNet with DropBlock on its last two stages against the
 compiled bare model and the same step in eager mode. ``p`` follows a schedule (a 0-dim tensor:
 one graph for the whole ramp)."""
@@ -34,8 +35,12 @@ def test_compiled_dropblock_forward(benchmark, shape):
     cm = torch.compile(m)
     p = torch.tensor(P)
     plain = torch.compile(lambda t: t * (torch.rand_like(t) >= p))
+    # the compiled frame's own cost per call, on the same tensor: x * x compiled, against
+    # x * x eager
+    square = torch.compile(lambda t: t * t)
     fns = {"plugdrop compiled": lambda: cm(x), "plugdrop eager": lambda: eager(x),
-           "x*(rand>=p) compiled": lambda: plain(x), "x*x": lambda: x * x}
+           "x*(rand>=p) compiled": lambda: plain(x), "x*x": lambda: x * x,
+           "x*x compiled": lambda: square(x)}
     try:
         from timm.layers.drop import drop_block_2d
         tc = torch.compile(lambda t: drop_block_2d(t, P, 7, couple_channels=False))
