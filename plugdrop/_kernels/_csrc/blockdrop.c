@@ -385,8 +385,10 @@ static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits)
 static void draw_seeds(const rng_t *g, int64_t g0, int64_t ng, uint8_t *out, const uint32_t *at,
                        int64_t p0, int64_t nv, uint64_t *m) {
     /* 64-byte aligned: a 16-lane store read back lane by lane must not straddle cache lines */
-    uint32_t off[CHUNK + 16] __attribute__((aligned(64))), hv[CHUNK + 16] __attribute__((aligned(64)));
-    uint32_t bits[CHUNK + 16] __attribute__((aligned(64))), state[CHUNK + 16] __attribute__((aligned(64)));
+#define ALIGNED64 __attribute__((aligned(64)))
+    uint32_t off[CHUNK + 16] ALIGNED64, hv[CHUNK + 16] ALIGNED64;
+    uint32_t bits[CHUNK + 16] ALIGNED64, state[CHUNK + 16] ALIGNED64;
+#undef ALIGNED64
     const uint32_t k0 = g->k0, k1 = g->k1;
     for (int64_t c0 = 0; c0 < ng; c0 += CHUNK) {
         const int64_t len = ng - c0 < CHUNK ? ng - c0 : CHUNK;
