@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -13,11 +14,12 @@ import torch
 def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
                 min_rounds: int = 7, max_rounds: int = 60, warmup: int = 2) -> dict[str, float]:
     """Median seconds of each function, measured round-robin (one call of each per round) so
-    that slow drifts of the machine hit every candidate alike. Each round starts one function
-    further along, so every function follows every other one equally often: a call that
-    leaves the machine busy (torch's worker threads spinning after a parallel op, caches
-    flushed) slows whichever call comes next, and a fixed order would charge that to one
-    candidate alone."""
+    that slow drifts of the machine hit every candidate alike. Each round calls the functions
+    in a new order (shuffled with a fixed seed), so that each follows every other one about
+    equally often: a call that leaves the machine busy or its caches flushed (a large
+    baseline, torch's worker threads spinning after a parallel op) slows whichever call comes
+    next, and a fixed cyclic order, even started one function further along each round, would
+    always put the same function after it and charge that to it alone."""
     for _ in range(warmup):
         for f in fns.values():
             f()
@@ -28,12 +30,13 @@ def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
     rounds = int(min(max(budget_s / per_round, min_rounds), max_rounds))
     times: dict[str, list[float]] = {k: [] for k in fns}
     items = list(fns.items())
-    orders = [items[i:] + items[:i] for i in range(len(items))]
+    order = random.Random(0)
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for r in range(rounds):
-            for k, f in orders[r % len(orders)]:
+        for _ in range(rounds):
+            order.shuffle(items)
+            for k, f in items:
                 t = time.perf_counter()
                 f()
                 times[k].append(time.perf_counter() - t)
