@@ -127,8 +127,8 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
                                                             or layout == "channels_first"):
         plan_key = (x.shape, x.stride(), x.dtype, x.device, p, blocks, shared_channels,
                     rescale)
-        plan = _FUSED_PLANS.get(plan_key)
-        if plan is not None and not torch.compiler.is_compiling():
+        plan = _cached_plan(plan_key)
+        if plan is not None:
             return plan(x)
     view, restore = _layout.to_channels_first(x, layout, (1, 2, 3), "drop_block",
                                                   prefix_tokens)
@@ -167,10 +167,7 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
         # The fused kernel draws the seeds from a key taken from torch's generator: one pass
         # over x, and 16 bytes saved for the backward.
         plan = _FusedPlan(scale, (channels, valid, blocks, cext.thresholds(gamma)))
-        if plan_key is not None and cext.applies(x):  # what fused_applies says, unpatched
-            if len(_FUSED_PLANS) >= _FUSED_PLANS_MAX:
-                _FUSED_PLANS.clear()
-            _FUSED_PLANS[plan_key] = plan
+        _remember_plan(plan_key, x, plan)
         return restore(plan(view))
     if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
             and channels == c):
@@ -220,6 +217,22 @@ _FUSED_PLANS: dict[tuple[Any, ...], _FusedPlan] = {}
 _FUSED_PLANS_MAX = 256
 
 
+def _cached_plan(key: tuple[Any, ...]) -> _FusedPlan | None:
+    """The fused plan remembered under ``key``, unless ``torch.compile`` is tracing."""
+    plan = _FUSED_PLANS.get(key)
+    return None if plan is None or torch.compiler.is_compiling() else plan
+
+
+def _remember_plan(key: tuple[Any, ...] | None, x: torch.Tensor, plan: _FusedPlan) -> None:
+    """Remember ``plan`` under ``key`` (None: not cacheable) if the kernel applies to ``x`` as
+    given (what ``fused_applies`` said of its view, unpatched); bounded by clearing."""
+    if key is None or not cext.applies(x):
+        return
+    if len(_FUSED_PLANS) >= _FUSED_PLANS_MAX:
+        _FUSED_PLANS.clear()
+    _FUSED_PLANS[key] = plan
+
+
 def _drop_block_traced(view: torch.Tensor, p: torch.Tensor, sizes: tuple[int, ...],
                        blocks: tuple[int, ...], channels: int, rescale: str) -> torch.Tensor:
     """DropBlock with a 0-dim tensor ``p``: plain tensor ops, no host reads (torch.compile)."""
@@ -266,11 +279,11 @@ def dropout2d(
 def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
                prefix_tokens: int | None) -> torch.Tensor:
     plan_key = None
-    if not isinstance(p, torch.Tensor) and KA.USE_CEXT and (layout is None
-                                                            or layout == "channels_first"):
+    if (not isinstance(p, torch.Tensor) and KA.USE_CEXT
+            and (layout is None or layout == "channels_first") and _dropout2d_fused(x)):
         plan_key = ("dropout2d", x.shape, x.stride(), x.dtype, x.device, p)
-        plan = _FUSED_PLANS.get(plan_key)
-        if plan is not None and not torch.compiler.is_compiling():
+        plan = _cached_plan(plan_key)
+        if plan is not None:
             return plan(x)
     view, restore = _layout.to_channels_first(x, layout, (0, 1, 2, 3), "dropout2d",
                                               prefix_tokens)
@@ -285,10 +298,7 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
         scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
         meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
         plan = _FusedPlan(scale, meta)
-        if plan_key is not None and cext.applies(x):  # what fused_applies says, unpatched
-            if len(_FUSED_PLANS) >= _FUSED_PLANS_MAX:
-                _FUSED_PLANS.clear()
-            _FUSED_PLANS[plan_key] = plan
+        _remember_plan(plan_key, x, plan)
         return restore(plan(view))
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
     return restore(view * _keep_mult(view, shape, p, True))
