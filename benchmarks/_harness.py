@@ -12,19 +12,24 @@ import torch
 
 
 def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
-                min_rounds: int = 7, max_rounds: int = 60, warmup: int = 2) -> dict[str, float]:
+                min_rounds: int = 7, max_rounds: int = 60, warmup: int = 2,
+                before: Callable[[], object] | None = None) -> dict[str, float]:
     """Median seconds of each function, measured round-robin (one call of each per round) so
     that slow drifts of the machine hit every candidate alike. Each round calls the functions
     in a new order (shuffled with a fixed seed), so that each follows every other one about
     equally often: a call that leaves the machine busy or its caches flushed (a large
     baseline, torch's worker threads spinning after a parallel op) slows whichever call comes
     next, and a fixed cyclic order, even started one function further along each round, would
-    always put the same function after it and charge that to it alone."""
+    always put the same function after it and charge that to it alone. ``before``, if given,
+    runs (untimed) before every timed call: to measure each call after other work, with its
+    caches cold."""
     for _ in range(warmup):
         for f in fns.values():
             f()
     start = time.perf_counter()
     for f in fns.values():
+        if before is not None:
+            before()
         f()
     per_round = max(time.perf_counter() - start, 1e-6)
     rounds = int(min(max(budget_s / per_round, min_rounds), max_rounds))
@@ -37,6 +42,8 @@ def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
         for _ in range(rounds):
             order.shuffle(items)
             for k, f in items:
+                if before is not None:
+                    before()
                 t = time.perf_counter()
                 f()
                 times[k].append(time.perf_counter() - t)

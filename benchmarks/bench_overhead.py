@@ -6,6 +6,11 @@ cost of the op itself), and as the module a user of those libraries puts in the 
 the module (``... in model``: the module's call, then the regularizer module's call: what
 they pay per call, to set against plugdrop's module + hook).
 
+Each is measured warm (calls back to back: the Python objects and the code they use stay in
+the caches) and cold (a 32 MB write between calls, as a network's layers do between two of its
+hooks: every call then fetches what it touches from memory, and a longer Python path costs
+several times its warm time).
+
 Ratios are plugdrop / baseline; the medians (microseconds) are in the record too, so a change
 of the attachment layer can be compared before and after on the same machine.
 """
@@ -84,8 +89,9 @@ def _peers(name: str, module: nn.Module) -> dict:
     return out
 
 
+@pytest.mark.parametrize("cache", ["warm", "cold"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_per_call_overhead(benchmark, name):
+def test_per_call_overhead(benchmark, name, cache):
     x = torch.randn(SHAPE)
     plain = nn.Identity().train()
     hooked = nn.Identity().train()
@@ -97,8 +103,14 @@ def test_per_call_overhead(benchmark, name):
                "module": lambda: plain(x)}
         for peer, f in _peers(name, plain).items():
             fns[peer] = (lambda f=f: f(x))
-        medians = interleaved(fns, budget_s=1.5, max_rounds=2000, min_rounds=100)
-    record(benchmark, f"per-call {name} {SHAPE}", medians)
+        if cache == "warm":
+            medians = interleaved(fns, budget_s=1.5, max_rounds=2000, min_rounds=100)
+        else:
+            other = torch.zeros(8 << 20)  # 32 MB
+            medians = interleaved(fns, budget_s=1.5, max_rounds=200, min_rounds=60,
+                                  before=lambda: other.add_(1.0))
+    label = "" if cache == "warm" else ", cold (32 MB written between calls)"
+    record(benchmark, f"per-call {name} {SHAPE}{label}", medians)
     benchmark.pedantic(lambda: attached(x), rounds=1, iterations=1)
 
 

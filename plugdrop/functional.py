@@ -166,7 +166,7 @@ def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
             and not torch.compiler.is_compiling()):
         # The fused kernel draws the seeds from a key taken from torch's generator: one pass
         # over x, and 16 bytes saved for the backward.
-        plan = _FusedPlan(scale, (channels, valid, blocks, cext.thresholds(gamma)))
+        plan = _FusedPlan(scale, (channels, valid, blocks, cext.thresholds(gamma)), view)
         _remember_plan(plan_key, x, plan)
         return restore(plan(view))
     if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
@@ -191,11 +191,15 @@ _ONE = PerDevice(1.0)
 
 class _FusedPlan:
     """What the fused kernel needs for one geometry and ``p``, decided once: applied to a
-    channels-first ``x`` (its own view), it draws a key and runs the kernel."""
+    channels-first ``x`` (its own view), it draws a key and runs the kernel. ``meta``:
+    channels, valid seed grid, blocks, thresholds; the kernel's call is prepared for tensors
+    like ``like`` (the view it is made for; a repeated call's tensor has its shape, strides
+    and dtype)."""
 
-    def __init__(self, scale: torch.Tensor, meta: tuple[Any, ...]) -> None:
+    def __init__(self, scale: torch.Tensor, meta: tuple[Any, ...], like: torch.Tensor) -> None:
         self.scale = scale
-        self.meta = meta
+        self.meta = (*meta, cext.prepare(like, scale, meta[3], meta[2],
+                                         shared=meta[0] != like.shape[1]))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         key = cext.draw_key()
@@ -204,7 +208,15 @@ class _FusedPlan:
                 or (not x.requires_grad and not _compat.functorch_active())):
             # Nothing to differentiate (grad mode off, or an input that does not require a
             # gradient and no torch.func transform): the kernel without the autograd Function
-            # around it (the same values: the Function's forward is this call).
+            # around it (the same values: the Function's forward is this call). ``x`` fits the
+            # prepared call: it is the view the plan was made for, or a tensor of the same
+            # shape, strides and dtype (the plan's cache key).
+            call = self.meta[4]
+            if call is not None and KA.USE_CEXT:
+                k0, k1 = key.tolist()
+                out = call(x, k0, k1)
+                if out is not None:
+                    return out
             return KA.hashed_block_drop(x, self.scale, key, *self.meta)
         return KA.HashedBlockDrop.apply(x, self.scale, key, self.meta)
 
@@ -297,7 +309,7 @@ def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
         sizes = tuple(view.shape[2:])
         scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
         meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
-        plan = _FusedPlan(scale, meta)
+        plan = _FusedPlan(scale, meta, view)
         _remember_plan(plan_key, x, plan)
         return restore(plan(view))
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)

@@ -138,18 +138,21 @@ def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
 
 def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, channels: int,
                       valid: tuple[int, ...], blocks: tuple[int, ...],
-                      thresh: tuple[int, ...]) -> torch.Tensor:
+                      thresh: tuple[int, ...], call: cext.Prepared | None = None) -> torch.Tensor:
     """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words) zeroed:
-    the fused kernel, or, where it does not apply to ``x`` (a gradient in another layout), the
-    same seeds from the generator's torch-op definition."""
+    the fused kernel (``call``, prepared for tensors like ``x``, if given and ``x`` fits it),
+    or, where it does not apply to ``x`` (a gradient in another layout), the same seeds from
+    the generator's torch-op definition."""
     k0, k1 = key.tolist()
-    k = (k0, k1)
-    shared = channels != x.shape[1]
     if USE_CEXT:
-        out = cext.blockdrop(x, scale, k, thresh, blocks, shared=shared)
+        if call is not None and call.fits(x):
+            out = call(x, k0, k1)
+        else:
+            out = cext.blockdrop(x, scale, (k0, k1), thresh, blocks,
+                                 shared=channels != x.shape[1])
         if out is not None:
             return out
-    seeds = cext.hashed_seeds(k, thresh, x.shape[0] * channels * math.prod(valid))
+    seeds = cext.hashed_seeds((k0, k1), thresh, x.shape[0] * channels * math.prod(valid))
     return sparse_block_drop(x, scale, seeds, channels, valid, blocks)
 
 
@@ -163,7 +166,8 @@ def _mask_mul(x: torch.Tensor, keep: torch.Tensor, scale: torch.Tensor,
 SparseBlockDrop = _SelfAdjoint(
     "SparseBlockDrop", lambda x, scale, seeds, meta: sparse_block_drop(x, scale, seeds, *meta))
 #: ``out = x * scale`` with the blocks of the seeds the fused kernel draws from ``key`` zeroed
-#: (``meta``: channels, valid, blocks, threshold); the backward redraws them (16 bytes saved).
+#: (``meta``: channels, valid, blocks, threshold and optionally the prepared kernel call); the
+#: backward redraws them (16 bytes saved).
 HashedBlockDrop = _SelfAdjoint(
     "HashedBlockDrop", lambda x, scale, key, meta: hashed_block_drop(x, scale, key, *meta))
 #: ``out = x * where(keep, scale, 0)`` saving the boolean ``keep`` (1 byte per element) and

@@ -229,30 +229,24 @@ def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
 _PAD = {3: (1, 1), 4: (1,), 5: ()}
 
 
-def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
-              thresh: tuple[int, ...],
-              blocks: tuple[int, ...], shared: bool = False) -> torch.Tensor | None:
-    """``x * scale`` with the blocks of the seeds drawn from ``key`` zeroed, as one fused pass;
-    ``None`` if the fused kernel does not apply (dtype, layout, device) or is unavailable. With
-    ``shared``, seeds are drawn on a ``(B, 1, *valid)`` grid and drop their block in every
-    channel."""
-    dtype = _DTYPES.get(x.dtype)
-    n = x.dim()
-    if dtype is None or x.device.type != "cpu" or n < 3 or n > 5:
-        return None
-    lib = library()
-    if lib is None:
-        return None
-    shape = x.shape
-    layout: int | None = 0
-    if x.is_contiguous():  # the common case, without walking the strides
-        out = torch.empty(shape, dtype=x.dtype)
-    else:
-        layout = _sample_layout(x)
-        if layout is None:
-            return None
+class Prepared:
+    """The kernel's call for one tensor geometry (shape, strides, dtype) and one mask law
+    (scale map, thresholds, block size, shared or per channel), its arguments converted once:
+    a call then costs a ``torch.empty``, the two key words and one foreign call. Built by
+    :func:`prepare`; call it only on a tensor that :meth:`fits`."""
+
+    __slots__ = ("shape", "stride", "dtype", "scale", "_fn", "_code", "_scale_ptr", "_tail",
+                 "_out_stride", "_thresh")
+
+    def __init__(self, lib: ctypes.CDLL, x: torch.Tensor, layout: int, scale: torch.Tensor,
+                 thresh: tuple[int, ...], blocks: tuple[int, ...], shared: bool) -> None:
+        shape = x.shape
+        n = x.dim()
+        self.shape = shape
+        self.stride = x.stride()
+        self.dtype = x.dtype
         if layout == 0:
-            out = torch.empty(shape, dtype=x.dtype)
+            self._out_stride: tuple[int, ...] | None = None  # contiguous
         else:  # channels innermost: strides (S*C, 1, ..., C)
             strides = [0] * n
             strides[1] = 1
@@ -261,17 +255,65 @@ def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
                 strides[d] = acc
                 acc *= shape[d]
             strides[0] = acc
-            out = torch.empty_strided(shape, strides, dtype=x.dtype)
-    spatial = shape[2:]
-    if scale.dtype != x.dtype or scale.shape != spatial or not scale.is_contiguous():
-        scale = scale.to(x.dtype).expand(spatial).contiguous()
-    pad = _PAD[n]
-    status = lib.plugdrop_blockdrop(dtype, torch.get_num_threads(), x.data_ptr(),
-                                    out.data_ptr(), scale.data_ptr(), key[0], key[1],
-                                    _thresholds_array(thresh), shape[0], x.stride(0),
-                                    out.stride(0), shape[1], *pad, *spatial, *pad, *blocks,
-                                    layout, int(shared))
-    return out if status == 0 else None
+            self._out_stride = tuple(strides)
+        spatial = shape[2:]
+        if scale.dtype != x.dtype or scale.shape != spatial or not scale.is_contiguous():
+            scale = scale.to(x.dtype).expand(spatial).contiguous()
+        self.scale = scale  # kept alive: the kernel reads it through its address
+        self._fn = lib.plugdrop_blockdrop
+        self._code = _DTYPES[x.dtype]
+        self._scale_ptr = scale.data_ptr()
+        self._thresh = _thresholds_array(thresh)
+        out_bstride = self._out_stride[0] if self._out_stride is not None else \
+            math.prod(shape[1:])
+        pad = _PAD[n]
+        self._tail = (self._thresh, shape[0], self.stride[0], out_bstride, shape[1], *pad,
+                      *spatial, *pad, *blocks, layout, int(shared))
+
+    def fits(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` has the geometry this call was prepared for (a CPU tensor)."""
+        return (x.shape == self.shape and x.dtype == self.dtype and x.stride() == self.stride
+                and x.device.type == "cpu")
+
+    def __call__(self, x: torch.Tensor, k0: int, k1: int) -> torch.Tensor | None:
+        """The kernel on ``x`` with key ``(k0, k1)``: a new tensor, ``None`` if the kernel
+        failed (it could not allocate its scratch memory)."""
+        if self._out_stride is None:
+            out = torch.empty(self.shape, dtype=self.dtype)
+        else:
+            out = torch.empty_strided(self.shape, self._out_stride, dtype=self.dtype)
+        if self._fn(self._code, torch.get_num_threads(), x.data_ptr(), out.data_ptr(),
+                    self._scale_ptr, k0, k1, *self._tail) != 0:
+            return None
+        return out
+
+
+def prepare(x: torch.Tensor, scale: torch.Tensor, thresh: tuple[int, ...],
+            blocks: tuple[int, ...], shared: bool = False) -> Prepared | None:
+    """The kernel's call prepared for tensors like ``x`` (see :func:`blockdrop` for the
+    arguments); ``None`` if the kernel does not apply to ``x`` (dtype, layout, device) or is
+    unavailable."""
+    n = x.dim()
+    if x.dtype not in _DTYPES or x.device.type != "cpu" or n < 3 or n > 5:
+        return None
+    lib = library()
+    if lib is None:
+        return None
+    layout = 0 if x.is_contiguous() else _sample_layout(x)
+    if layout is None:
+        return None
+    return Prepared(lib, x, layout, scale, thresh, blocks, shared)
+
+
+def blockdrop(x: torch.Tensor, scale: torch.Tensor, key: tuple[int, int],
+              thresh: tuple[int, ...],
+              blocks: tuple[int, ...], shared: bool = False) -> torch.Tensor | None:
+    """``x * scale`` with the blocks of the seeds drawn from ``key`` zeroed, as one fused pass;
+    ``None`` if the fused kernel does not apply (dtype, layout, device) or is unavailable. With
+    ``shared``, seeds are drawn on a ``(B, 1, *valid)`` grid and drop their block in every
+    channel. ``scale``: the multiplier of each map position (broadcast to the spatial sizes)."""
+    call = prepare(x, scale, thresh, blocks, shared)
+    return None if call is None else call(x, key[0], key[1])
 
 
 def noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,

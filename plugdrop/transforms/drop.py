@@ -189,11 +189,14 @@ class Dropout2d(_Layout):
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         # Channels-first float maps of a shape that passed the layout checks before (they
-        # depend on the shape only): :func:`F._dropout2d`'s float path, inlined. Large
-        # tensors take the general path: the fused kernel (the fixed cost does not matter).
-        if F._dropout2d_fused(x):
-            return self._at(layer, x)
+        # depend on the shape only): :func:`F._dropout2d`'s float path, inlined. Tensors the
+        # fused kernel takes go to :func:`F._dropout2d` (its cached plan) with the float value.
         layout = self.layout
+        if F._dropout2d_fused(x):
+            if x.is_floating_point() and (layout is None or layout == "channels_first"):
+                return F._dropout2d(x, self._eager_value("p", layer), layout,
+                                    self.prefix_tokens)
+            return self._at(layer, x)
         key = (x.shape, x.dtype, x.device, layout)
         ones = _CHECKED_MAPS.get(key)
         if ones is None:

@@ -151,6 +151,31 @@ def test_gradient_equals_output_over_input(fused, path):
     assert torch.allclose(x.grad, y.detach() / x.detach())
 
 
+@needs_cext
+@pytest.mark.parametrize("shared", [False, True])
+def test_prepared_call_serves_its_geometry_only(shared):
+    # The call a plan prepares once serves tensors of its shape, strides and dtype, bit for bit
+    # what the per-call route gives; a gradient in another memory layout takes that route and
+    # still gets the forward's mask (the same saved key).
+    x = torch.randn(4, 6, 9, 9)
+    scale = torch.rand(9, 9) + 0.5
+    thresh, blocks = cext.thresholds(0.05), (3, 3)
+    call = cext.prepare(x, scale, thresh, blocks, shared=shared)
+    assert call is not None and call.fits(x) and call.fits(torch.randn(4, 6, 9, 9))
+    assert not call.fits(x.to(memory_format=torch.channels_last))
+    assert not call.fits(x.double()) and not call.fits(x[:2])
+    assert torch.equal(call(x, 11, 22), cext.blockdrop(x, scale, (11, 22), thresh, blocks,
+                                                        shared=shared))
+    xg = (torch.rand(4, 6, 9, 9) + 0.5).requires_grad_()
+    torch.manual_seed(6)
+    y = drop_block(xg, 0.2, 3, shared_channels=shared)
+    g = torch.randn(4, 6, 9, 9)
+    (plain,) = torch.autograd.grad(y, xg, g, retain_graph=True)
+    (other,) = torch.autograd.grad(y, xg, g.to(memory_format=torch.channels_last))
+    assert torch.equal(plain, other)
+    assert torch.allclose(plain, g * y.detach() / xg.detach())
+
+
 def _saved(fn):
     total = []
 
