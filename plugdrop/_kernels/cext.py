@@ -236,7 +236,7 @@ class Prepared:
     :func:`prepare`; call it only on a tensor that :meth:`fits`."""
 
     __slots__ = ("shape", "stride", "dtype", "scale", "_fn", "_code", "_scale_ptr", "_tail",
-                 "_out_stride", "_thresh")
+                 "_out_stride")
 
     def __init__(self, lib: ctypes.CDLL, x: torch.Tensor, layout: int, scale: torch.Tensor,
                  thresh: tuple[int, ...], blocks: tuple[int, ...], shared: bool) -> None:
@@ -263,12 +263,11 @@ class Prepared:
         self._fn = lib.plugdrop_blockdrop
         self._code = _DTYPES[x.dtype]
         self._scale_ptr = scale.data_ptr()
-        self._thresh = _thresholds_array(thresh)
         out_bstride = self._out_stride[0] if self._out_stride is not None else \
             math.prod(shape[1:])
         pad = _PAD[n]
-        self._tail = (self._thresh, shape[0], self.stride[0], out_bstride, shape[1], *pad,
-                      *spatial, *pad, *blocks, layout, int(shared))
+        self._tail = (_thresholds_array(thresh), shape[0], self.stride[0], out_bstride,
+                      shape[1], *pad, *spatial, *pad, *blocks, layout, int(shared))
 
     def fits(self, x: torch.Tensor) -> bool:
         """Whether ``x`` has the geometry this call was prepared for (a CPU tensor)."""

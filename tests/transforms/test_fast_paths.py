@@ -43,6 +43,8 @@ def _general(transform: pd.ForwardTransform, x: torch.Tensor) -> torch.Tensor:
     (lambda: pd.DropPath(0.3, scale_by_keep=False), (4, 7)),
     (lambda: pd.Dropout2d(0.3), (4, 6, 5, 5)),
     (lambda: pd.Dropout2d(0.3), (4, 6, 9)),
+    (lambda: pd.Dropout2d(0.3), (4, 2048, 3, 3)),  # the fused kernel's sizes: its cached plan
+    (lambda: pd.Dropout2d(0.3, layout="channels_first"), (4, 2048, 3, 3)),
     (lambda: pd.Dropout(0.3), (4, 6, 5, 5)),
     (lambda: pd.GaussianNoise(0.3), (4, 6, 5, 5)),
     (lambda: pd.GaussianNoise(0.3, multiplicative=True), (4, 6, 5, 5)),
