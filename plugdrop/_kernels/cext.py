@@ -161,6 +161,10 @@ def draw_key() -> torch.Tensor:
     return torch.randint(0, 2**32, (2,), dtype=torch.int64)
 
 
+#: seed-grid positions per block of the generator (``_csrc/blockdrop.c``)
+BLOCK = 256
+
+
 def _u32(prob: float) -> int:
     return min(max(round(prob * 2.0**32), 0), 2**32 - 1)
 
@@ -168,15 +172,22 @@ def _u32(prob: float) -> int:
 @functools.lru_cache(maxsize=256)
 def thresholds(gamma: float) -> tuple[int, ...]:
     """The generator's 32-bit thresholds for seed probability ``gamma`` (see
-    ``_csrc/blockdrop.c``): ``F[i]``, the chance of a seed among ``i + 1`` positions, for
-    ``i < 8``."""
+    ``_csrc/blockdrop.c``), 32 ints: ``T_16 .. T_1`` (``T_i = q**(16 i)``, ``q = 1 - gamma``),
+    then ``0, R_15 .. R_1`` (``R_i = (q**i - q**16) / (1 - q**16)``), both ascending, in units
+    of ``2**-32``. ``gamma == 0`` gives ``T`` of ``2**32``: no seeds."""
+    if gamma <= 0.0:
+        return (2**32,) * 16 + (0,) * 16
     log_q = math.log1p(-gamma) if gamma < 1.0 else -math.inf
-    return tuple(_u32(-math.expm1((i + 1) * log_q)) for i in range(8))
+    t = [_u32(math.exp(16 * i * log_q)) for i in range(16, 0, -1)]
+    den = -math.expm1(16 * log_q)
+    r = [_u32(math.exp(i * log_q) * -math.expm1((16 - i) * log_q) / den)
+         for i in range(15, 0, -1)]
+    return (*t, 0, *r)
 
 
 @functools.lru_cache(maxsize=256)
 def _thresholds_array(thresh: tuple[int, ...]) -> ctypes.Array:
-    return (ctypes.c_int64 * 8)(*thresh)
+    return (ctypes.c_int64 * 32)(*thresh)
 
 
 _M32 = 0xFFFFFFFF
@@ -202,25 +213,24 @@ def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
     the reference definition of its generator in torch ops (the kernel's fallback and the
     tests')."""
     k0, k1 = key
-    f = torch.tensor(thresh, dtype=torch.int64)
-    i7 = torch.arange(7)
-    groups = torch.arange((total + 7) // 8, dtype=torch.int64)
-    u = _hash(groups, k0, k1)
-    hit = u < f[7]
-    groups, u = groups[hit], u[hit]
-    pos = (u[:, None] >= f[:7]).sum(1)  # step 0: the first seed of each group
-    found = [groups * 8 + pos]
-    alive = pos < 7
-    for t in range(1, 8):  # geometric skips: step t draws B(8 g + t)
-        if not bool(alive.any()):
+    if thresh[0] >= 2**32 or total <= 0:
+        return torch.zeros(0, dtype=torch.int64)
+    t = torch.tensor(thresh[:16], dtype=torch.int64)
+    r = torch.tensor(thresh[16:], dtype=torch.int64)
+    blocks = torch.arange((total + BLOCK - 1) // BLOCK, dtype=torch.int64)
+    pos = torch.full_like(blocks, -1)
+    found = []
+    for k in range(BLOCK):  # draw k of every block still open: the gap to its next seed
+        n = blocks * BLOCK + k
+        h = 16 - (t <= _hash(n, k0, k1)[:, None]).sum(1)
+        gap = 16 * h + 16 - (r <= _hash(n, k1, k0)[:, None]).sum(1)
+        pos = pos + 1 + gap
+        inside = pos < BLOCK
+        found.append((blocks * BLOCK + pos)[inside])
+        open_ = pos < BLOCK - 1
+        blocks, pos = blocks[open_], pos[open_]
+        if blocks.numel() == 0:
             break
-        u = _hash(groups * 8 + t, k1, k0)
-        r1 = (6 - pos).clamp(min=0)  # positions left, minus one
-        hit = alive & (u < f[r1])
-        pos = torch.where(hit, pos + 1 + ((u[:, None] >= f[:7]) & (i7 < r1[:, None])).sum(1),
-                          pos)
-        found.append((groups * 8 + pos)[hit])
-        alive = hit & (pos < 7)
     n = torch.cat(found).sort().values
     return n[n < total]
 

@@ -58,35 +58,62 @@ def test_kernel_generator_is_a_bernoulli_process(g):
     mean, var = 1000 * g, 1000 * g * (1 - g)
     assert abs(counts.mean().item() - mean) < 5 * math.sqrt(var / counts.numel())
     assert abs(counts.var().item() / var - 1) < 0.1
-    # Neighbours are independent: P(seed at i and at i + 1) = g**2 (same group of 8 or not).
+    # Neighbours are independent: P(seed at i and at i + 1) = g**2 (same block or not).
     s = cext.hashed_seeds((5, 7), cext.thresholds(g), 2_000_000)
     pairs = torch.isin(s + 1, s).sum().item()
     expect = 2_000_000 * g * g
     assert abs(pairs - expect) < 5 * math.sqrt(expect) + 1
 
 
-@pytest.mark.parametrize("g", [0.01, 0.1, 0.3])
-def test_kernel_generator_groups_of_8_hold_binomial_counts(g):
-    # The generator works in groups of 8 positions (a first seed, then geometric skips): the
-    # joint law inside a group must still be 8 independent draws. Chi-square tests of the
-    # seeds per group (Binomial(8, g)) and of the position of the seeds within the group.
-    n = 4_000_000
-    s = cext.hashed_seeds((11, 3), cext.thresholds(g), n)
-    per_group = torch.bincount(torch.bincount(s // 8, minlength=n // 8), minlength=9).double()
-    expect = torch.tensor([stats.binom.pmf(k, 8, g) for k in range(9)]) * (n // 8)
-    keep = expect > 5  # pool the rare counts (chi-square needs expected counts above ~5)
-    obs, exp = per_group[keep], expect[keep]
+def _pooled_chisquare(observed: torch.Tensor, expected: torch.Tensor) -> float:
+    """Chi-square p-value, the cells expected below 5 pooled into one."""
+    keep = expected > 5
+    obs, exp = observed[keep], expected[keep]
     if not keep.all():
-        obs = torch.cat([obs, per_group[~keep].sum().view(1)])
-        exp = torch.cat([exp, expect[~keep].sum().view(1)])
-    assert stats.chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()
-                           ).pvalue > 1e-4
-    at = torch.bincount(s % 8, minlength=8).double()
-    assert stats.chisquare(at.numpy()).pvalue > 1e-4
-    # two positions of the same group: seeds at j and j + 3 together with probability g**2
-    both = torch.isin(s[s % 8 < 5] + 3, s).sum().item()
-    expect_both = n * 5 / 8 * g * g
-    assert abs(both - expect_both) < 5 * math.sqrt(expect_both)
+        obs = torch.cat([obs, observed[~keep].sum().view(1)])
+        exp = torch.cat([exp, expected[~keep].sum().view(1)])
+    return stats.chisquare(obs.numpy(), exp.numpy() * obs.sum().item() / exp.sum().item()).pvalue
+
+
+@pytest.mark.parametrize("g", [0.01, 0.1, 0.3])
+def test_kernel_generator_blocks_hold_the_bernoulli_law(g):
+    # The generator draws blocks of 256 positions by geometric gaps, each gap split as 16 h + r:
+    # the joint law must still be independent draws. Chi-square tests of the seeds per block
+    # (Binomial(256, g)), of the gaps between consecutive seeds (Geometric(g), across blocks
+    # too), of the positions within a block and modulo 16; pairs across a block's edge and
+    # across a multiple of 16 are seeds together with probability g**2.
+    n, block = 4_000_000, cext.BLOCK
+    s = cext.hashed_seeds((11, 3), cext.thresholds(g), n)
+    per_block = torch.bincount(torch.bincount(s // block, minlength=n // block),
+                               minlength=block + 1).double()
+    expect = torch.tensor(stats.binom.pmf(range(block + 1), block, g)) * (n // block)
+    assert _pooled_chisquare(per_block, expect) > 1e-4
+    gaps = (s[1:] - s[:-1] - 1).clamp(max=200)
+    observed = torch.bincount(gaps, minlength=201).double()
+    pmf = torch.tensor(stats.geom.pmf(range(1, 201), g))
+    expect = torch.cat([pmf, (1 - pmf.sum()).view(1)]) * gaps.numel()
+    assert _pooled_chisquare(observed, expect) > 1e-4
+    for m in (block, 16):
+        at = torch.bincount(s % m, minlength=m).double()
+        assert stats.chisquare(at.numpy()).pvalue > 1e-4
+    for last, m in ((block - 1, block), (15, 16)):
+        edge = s[s % m == last]
+        both = torch.isin(edge + 1, s).sum().item()
+        expect_both = n / m * g * g
+        assert abs(both - expect_both) < 5 * math.sqrt(expect_both) + 1
+
+
+@needs_cext
+@pytest.mark.parametrize("gamma,fraction", [(0.0, 0.0), (1.0, 1.0)])
+def test_kernel_generator_extremes(gamma, fraction, clone):
+    # gamma 0: no seed anywhere; gamma 1: a seed at every position (blocks of 1 on 2x1 maps,
+    # so the output's zeros are the seeds), in the kernel and in its reference.
+    thresh = cext.thresholds(gamma)
+    n = 3 * 5 * 700
+    assert cext.hashed_seeds((1, 2), thresh, n).numel() == round(fraction * n)
+    x = torch.ones(3, 5, 700)
+    y = cext.blockdrop(x, torch.ones(700), (1, 2), thresh, (1,), shared=False)
+    assert (y == 0).double().mean().item() == fraction
 
 
 @pytest.mark.parametrize("shape,block", [((300, 8, 14, 14), 7), ((300, 8, 7, 7), 7),

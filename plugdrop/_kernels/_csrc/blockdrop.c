@@ -10,22 +10,25 @@
  * whose block fits in the map (d < D - bd + 1, h < H - bh + 1, w < W - bw + 1), flattened as
  * (B, C, Dv, Hv, Wv), or (B, 1, Dv, Hv, Wv) with shared != 0. A drawn seed is placed on its
  * map position as a bit, and the bits grow into their blocks by shifted ORs of a bit array
- * instead of a loop over seeds. Draws come in groups of 8 seed-grid positions (8g .. 8g + 7)
- * with two counter-based hashes of 64-bit counters,
+ * instead of a loop over seeds. The seed grid is cut into blocks of 256 positions
+ * (256 j .. 256 j + 255), and each block's seeds are drawn by geometric gaps: the gap G before
+ * the next seed (the number of positions without one) has P(G >= k) = q**k, q = 1 - gamma,
+ * and G = 16 h + r with h and r independent (the geometric law is memoryless):
+ * P(h >= i) = q**(16 i), P(r >= i) = (q**i - q**16) / (1 - q**16), i < 16. Draw k of block j
+ * takes two counter-based hashes of the 64-bit counter n = 256 j + k,
  *     A(n) = mix(mix(lo(n) ^ k0) ^ hi(n) ^ k1),   B(n) = mix(mix(lo(n) ^ k1) ^ hi(n) ^ k0),
  * where mix is Wellons' "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d;
- * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16), and the thresholds
- * F[i] = round((1 - (1 - gamma)**(i + 1)) * 2**32), i < 8 (the chance of a seed among i + 1
- * positions), by geometric skips:
- *   - step 0: u = A(g); group g holds a seed iff u < F[7]; if so its first seed is at
- *     pos = #{i < 7: u >= F[i]};
- *   - step t = 1, 2, ... while pos < 7: u = B(8g + t), r = 7 - pos positions are left; there
- *     is another seed iff u < F[r - 1], at pos + 1 + #{i < r - 1: u >= F[i]}; else stop.
- * That is exactly the law of 8 independent Bernoulli(gamma) draws (to 2**-32), at one hash per
- * 8 positions plus one per seed, and the hashes of 16 groups run as one vector. Drawing on the
- * seed grid (not on every position of the maps) costs hashes only where a block fits: half of
- * them on 7x7 maps with blocks of 3. plugdrop/_kernels/cext.py has the same definition in
- * torch ops (the reference: hashed_seeds).
+ * x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16): h = #{i in 1..16: A(n) < T_i},
+ * r = #{i in 1..15: B(n) < R_i}, with T_i = round(q**(16 i) * 2**32) and
+ * R_i = round(P(r >= i) * 2**32). The block's seeds are at G_0, G_0 + 1 + G_1, ..., while they
+ * are inside it (a gap beyond the block ends it: a block is a new start, which the memoryless
+ * law allows). That is exactly the law of independent Bernoulli(gamma) draws (to 2**-32), at
+ * two hashes per seed plus two per block, with no work at positions without a seed; 16 blocks
+ * run as one vector (each count is a binary search of the sorted thresholds). Drawing on the
+ * seed grid (not on every position of the maps) costs nothing where no block fits. A range of
+ * positions draws the blocks it touches and keeps the seeds inside it, so the seeds depend on
+ * the key and the position only, not on how the work is split. plugdrop/_kernels/cext.py has
+ * the same definition in torch ops (the reference: hashed_seeds).
  *
  * Layout of one sample (the batch stride may differ between x and out):
  *   channels_last == 0:  [C][D][H][W]   (maps contiguous)
@@ -43,9 +46,13 @@
 #include <immintrin.h> /* the AVX2 paths, and the AVX-512 clones (target attributes) */
 #endif
 
-#define CHUNK 256
+/* seed-grid positions per block of the generator */
+#define BLOCK_BITS 8
+#define BLOCK (1 << BLOCK_BITS)
 /* elements per group of maps processed together (channels-first) */
+#ifndef GROUP
 #define GROUP 4096
+#endif
 
 static inline uint32_t mix(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
@@ -55,139 +62,49 @@ static inline uint32_t mix(uint32_t x) {
 /* 8 lanes of 32 bits (GCC and clang vector extensions): one AVX2 register */
 typedef int32_t v8i __attribute__((vector_size(32)));
 
-/* compact[m]: the positions of the set bits of the byte m, as bytes, lowest first;
- * keep8[m]: lane j all ones iff bit j of m is clear (the element is kept) */
-static uint64_t compact[256];
+/* keep8[m]: lane j all ones iff bit j of m is clear (the element is kept) */
 static v8i keep8[256];
 __attribute__((constructor)) static void init_tables(void) {
-    for (int m = 0; m < 256; ++m) {
+    for (int m = 0; m < 256; ++m)
         for (int j = 0; j < 8; ++j) keep8[m][j] = (m >> j & 1) ? 0 : -1;
-        uint64_t w = 0;
-        int n = 0;
-        for (int j = 0; j < 8; ++j)
-            if (m >> j & 1) w |= (uint64_t)j << (8 * n++);
-        compact[m] = w;
-    }
 }
 
 typedef struct {
     uint32_t k0, k1;
-    uint32_t any;       /* F[7]: a group of 8 positions holds a seed iff A(group) < any */
-    uint32_t F[8];      /* F[i]: the chance of a seed among i + 1 positions, * 2**32 */
+    uint32_t none;      /* gamma == 0: no seeds */
+    uint32_t T[16];     /* T[i] = P(G >= 16 (16 - i)) * 2**32, ascending (see the top) */
+    uint32_t R[16];     /* R[0] = 0, R[i] = P(r >= 16 - i) * 2**32, ascending */
 } rng_t;
-
-/* bit j of the result: byte j of w (each 0 or 1) */
-static inline uint32_t byte_bits(uint64_t w) {
-    return (uint32_t)((w * 0x0102040810204080ULL) >> 56);
-}
 
 static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
     return mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
 }
 
-/* The draws, written as loops over groups that the compiler vectorizes; each has a generic
- * clone and, on x86-64 with GCC, an AVX-512 clone (16 lanes), picked at run time. */
+/* #{i < 16: t[i] <= v} */
+static inline uint32_t count_le(const uint32_t *t, uint32_t v) {
+    uint32_t c = 0;
+    for (int i = 0; i < 16; ++i) c += t[i] <= v;
+    return c;
+}
 
-/* The groups lo + i + 2**32 hi, i < len <= CHUNK (lo + len does not wrap; hk = hi ^ k1), that
- * hold a seed (A < any), in ascending order: i into off, A into hv (both with room for
- * len + 16); returns how many. The generic clone: a vectorized loop of hashes and flags, then
- * a branch-free compaction of 8 flags at a time (a table). */
-static inline __attribute__((always_inline)) uint32_t list_body(
-    uint32_t lo, uint32_t hk, uint32_t k0, uint32_t any, int64_t len, uint32_t *restrict off,
-    uint32_t *restrict hv) {
-    uint32_t h[CHUNK];
-    uint8_t flag[CHUNK + 8];
-    for (int64_t i = 0; i < len; ++i) {
-        h[i] = mix(mix((lo + (uint32_t)i) ^ k0) ^ hk);
-        flag[i] = h[i] < any;
-    }
-    memset(flag + len, 0, 8);
+/* The seeds of blocks j0 .. j0 + nb - 1 (nb <= 16) into out, as 256 (j - j0) + pos, in no
+ * particular order; returns how many (at most 256 nb). */
+typedef uint32_t (*blocks_fn)(const rng_t *restrict, uint64_t, uint32_t, uint32_t *restrict);
+
+/* The generic clone: one block after another */
+static uint32_t blocks_base(const rng_t *restrict g, uint64_t j0, uint32_t nb,
+                            uint32_t *restrict out) {
     uint32_t n = 0;
-    for (int64_t i = 0; i < len; i += 8) {
-        uint64_t fw;
-        memcpy(&fw, flag + i, 8);
-        const uint32_t m = byte_bits(fw);
-        const uint64_t w = compact[m];
-        for (int j = 0; j < 8; ++j) off[n + j] = (uint32_t)i + (uint32_t)(w >> (8 * j) & 0xff);
-        n += (uint32_t)__builtin_popcount(m);
+    for (uint32_t l = 0; l < nb; ++l) {
+        const uint64_t base = (j0 + l) << BLOCK_BITS;
+        for (uint32_t k = 0, pos = (uint32_t)-1; pos + 1 < BLOCK; ++k) {
+            const uint64_t c = base + k;
+            const uint32_t h = 16 - count_le(g->T, hash_a(c, g->k0, g->k1));
+            const uint32_t r = 16 - count_le(g->R, hash_a(c, g->k1, g->k0));
+            pos += 1 + 16 * h + r;
+            if (pos < BLOCK) out[n++] = (l << BLOCK_BITS) + pos;
+        }
     }
-    for (uint32_t k = 0; k < n; ++k) hv[k] = h[off[k]];
-    return n;
-}
-
-/* Steps 0 and 1 of groups gbase + off[k], k < n, each of which holds a seed (hv[k]: its hash
- * A, from the listing): bits[k] gets their
- * seeds (bit j: position 8 g + j), state[k] the position of the last one if step 2 must run
- * (else 0xff). */
-static inline __attribute__((always_inline)) void steps_body(
-    const rng_t *restrict g, uint64_t gbase, const uint32_t *restrict off,
-    const uint32_t *restrict hv, uint32_t n, uint32_t *restrict bits,
-    uint32_t *restrict state) {
-    const uint32_t k0 = g->k0, k1 = g->k1, lo0 = (uint32_t)gbase, hi0 = (uint32_t)(gbase >> 32);
-    uint32_t F[8];
-    memcpy(F, g->F, sizeof F);
-    for (uint32_t k = 0; k < n; ++k) {
-        const uint32_t glo = lo0 + off[k], ghi = hi0 + (glo < lo0);
-        const uint32_t a = hv[k]; /* A(group), from the listing */
-        /* the inner loops over i written out, so that the loop over groups vectorizes */
-#define POS_TERM(i) (a >= F[i])
-        const uint32_t pos = POS_TERM(0) + POS_TERM(1) + POS_TERM(2) + POS_TERM(3) +
-                             POS_TERM(4) + POS_TERM(5) + POS_TERM(6);
-        const uint32_t u = mix(mix(((glo << 3) + 1) ^ k1) ^ ((ghi << 3) | (glo >> 29)) ^ k0);
-        const uint32_t r1 = 6 - pos; /* positions left, minus one (wraps if pos == 7) */
-#define THR_TERM(i) (r1 == i ? F[i] : 0)
-#define SKIP_TERM(i) ((u >= F[i]) & (i < r1))
-        const uint32_t thr = THR_TERM(0) | THR_TERM(1) | THR_TERM(2) | THR_TERM(3) |
-                             THR_TERM(4) | THR_TERM(5) | THR_TERM(6);
-        const uint32_t skip = SKIP_TERM(0) + SKIP_TERM(1) + SKIP_TERM(2) + SKIP_TERM(3) +
-                              SKIP_TERM(4) + SKIP_TERM(5) + SKIP_TERM(6);
-#undef POS_TERM
-#undef THR_TERM
-#undef SKIP_TERM
-        const uint32_t hit = u < thr, pos2 = pos + 1 + skip;
-        bits[k] = (1u << pos) | (hit << (pos2 & 7));
-        state[k] = hit & (pos2 < 7) ? pos2 : 0xff;
-    }
-}
-
-static void steps_base(const rng_t *restrict g, uint64_t gbase, const uint32_t *restrict off,
-                       const uint32_t *restrict hv, uint32_t n, uint32_t *restrict bits,
-                       uint32_t *restrict state) {
-    steps_body(g, gbase, off, hv, n, bits, state);
-}
-
-/* The seeds after step 1 of group grp, whose last seed so far is at pos < 7 (steps 2 .. 7) */
-static uint32_t later_seeds(const rng_t *g, uint64_t grp, uint32_t pos) {
-    uint32_t bits = 0;
-    for (uint64_t n = grp * 8 + 2; pos < 7; ++n) {
-        const uint32_t u = mix(mix((uint32_t)n ^ g->k1) ^ (uint32_t)(n >> 32) ^ g->k0);
-        const uint32_t r1 = 6 - pos;
-        if (u >= g->F[r1]) break;
-        uint32_t skip = 0;
-        for (uint32_t i = 0; i < r1; ++i) skip += u >= g->F[i];
-        pos += 1 + skip;
-        bits |= 1u << pos;
-    }
-    return bits;
-}
-
-/* The groups gc + i, i < len <= CHUNK (hk = hi(gc) ^ k1; lo(gc) + len does not wrap), that
- * hold a seed, ascending: i into off, their seeds into bits (bit j: position 8 g + j); returns
- * how many. The arrays (state: scratch) have room for len + 16. */
-typedef uint32_t (*chunk_fn)(const rng_t *restrict, uint64_t, uint32_t, int64_t,
-                             uint32_t *restrict, uint32_t *restrict, uint32_t *restrict);
-
-/* The generic clone: list_body, then steps_body over whole vectors of 16 groups */
-static uint32_t chunk_base(const rng_t *restrict g, uint64_t gc, uint32_t hk, int64_t len,
-                           uint32_t *restrict off, uint32_t *restrict bits,
-                           uint32_t *restrict state) {
-    uint32_t hv[CHUNK + 16];
-    const uint32_t n = list_body((uint32_t)gc, hk, g->k0, g->any, len, off, hv);
-    const uint32_t n16 = (n + 15) & ~15U;
-    for (uint32_t k = n; k < n16; ++k) off[k] = hv[k] = 0;
-    steps_body(g, gc, off, hv, n16, bits, state);
-    for (uint32_t k = 0; k < n; ++k)
-        if (state[k] != 0xff) bits[k] |= later_seeds(g, gc + off[k], state[k]);
     return n;
 }
 
@@ -205,98 +122,54 @@ AVX512_TARGET static inline __m512i mix16(__m512i x) {
     return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
-/* Steps 0 and 1 (as steps_body) of 16 groups glo + 2**32 hi, with hashes a; returns the lanes
- * whose step 2 must run */
-AVX512_TARGET static inline __mmask16 steps16(const rng_t *restrict g, uint32_t hi, __m512i glo,
-                                         __m512i a, uint32_t *restrict bits,
-                                         uint32_t *restrict state) {
-    const __m512i one = _mm512_set1_epi32(1), fv = _mm512_maskz_loadu_epi32(0x7f, g->F);
-    __m512i pos = _mm512_setzero_si512(), skip = _mm512_setzero_si512();
-    const __m512i u = mix16(_mm512_xor_si512(
-        mix16(_mm512_xor_si512(_mm512_add_epi32(_mm512_slli_epi32(glo, 3), one),
-                               _mm512_set1_epi32((int)g->k1))),
-        _mm512_xor_si512(_mm512_or_si512(_mm512_set1_epi32((int)(hi << 3)),
-                                         _mm512_srli_epi32(glo, 29)),
-                         _mm512_set1_epi32((int)g->k0))));
-    for (int i = 0; i < 7; ++i) {
-        const __m512i f = _mm512_set1_epi32((int)g->F[i]);
-        pos = _mm512_mask_add_epi32(pos, _mm512_cmpge_epu32_mask(a, f), pos, one);
+/* 16 - #{i < 16: t[i] <= v} on 16 lanes, t sorted (tv; t15: t[15] broadcast): a binary search
+ * of four lookups counts among t[0 .. 14], and t[15] <= v adds the last */
+AVX512_TARGET static inline __m512i above16(__m512i tv, __m512i t15, __m512i v) {
+    __m512i p = _mm512_setzero_si512();
+    for (int step = 8; step >= 1; step >>= 1) {
+        const __m512i t =
+            _mm512_permutexvar_epi32(_mm512_add_epi32(p, _mm512_set1_epi32(step - 1)), tv);
+        p = _mm512_mask_add_epi32(p, _mm512_cmple_epu32_mask(t, v), p, _mm512_set1_epi32(step));
     }
-    const __m512i r1 = _mm512_sub_epi32(_mm512_set1_epi32(6), pos); /* wraps if pos == 7 */
-    for (int i = 0; i < 7; ++i) {
-        const __mmask16 m = _mm512_cmpge_epu32_mask(u, _mm512_set1_epi32((int)g->F[i])) &
-                            _mm512_cmpgt_epu32_mask(r1, _mm512_set1_epi32(i));
-        skip = _mm512_mask_add_epi32(skip, m, skip, one);
-    }
-    const __m512i thr =
-        _mm512_maskz_permutexvar_epi32(_mm512_cmple_epu32_mask(r1, _mm512_set1_epi32(6)), r1, fv);
-    const __mmask16 hit = _mm512_cmplt_epu32_mask(u, thr);
-    const __m512i pos2 = _mm512_add_epi32(_mm512_add_epi32(pos, one), skip);
-    const __m512i b = _mm512_or_si512(
-        _mm512_sllv_epi32(one, pos),
-        _mm512_maskz_sllv_epi32(hit, one, _mm512_and_si512(pos2, _mm512_set1_epi32(7))));
-    const __mmask16 later = hit & _mm512_cmplt_epu32_mask(pos2, _mm512_set1_epi32(7));
-    _mm512_storeu_si512(bits, b);
-    _mm512_storeu_si512(state, _mm512_mask_blend_epi32(later, _mm512_set1_epi32(0xff), pos2));
-    return later;
+    p = _mm512_mask_add_epi32(p, _mm512_cmple_epu32_mask(t15, v), p, _mm512_set1_epi32(1));
+    return _mm512_sub_epi32(_mm512_set1_epi32(16), p);
 }
 
-/* The later seeds of the lanes of a vector of 16 groups whose step 2 must run (rare) */
-static inline void later_lanes(const rng_t *restrict g, uint64_t gc, uint32_t lanes,
-                               const uint32_t *off, uint32_t *bits, const uint32_t *state) {
-    for (; lanes; lanes &= lanes - 1) {
-        const int j = __builtin_ctz(lanes);
-        bits[j] |= later_seeds(g, gc + off[j], state[j]);
-    }
-}
-
-/* chunk_base on 16 lanes, in registers: the hashes' comparison is the lane mask that
- * compresses the groups holding a seed into a vector (no flags, no table, no trip through
- * memory, which would wait for the stores of the masked pass to drain); each full vector of
- * 16 such groups runs steps16. Same result as chunk_base. */
-AVX512_TARGET static uint32_t chunk_avx512(const rng_t *restrict g, uint64_t gc, uint32_t hk,
-                                           int64_t len, uint32_t *restrict off,
-                                           uint32_t *restrict bits, uint32_t *restrict state) {
+/* blocks_base on 16 lanes, one block per lane, in step: draw k of every lane at once, while
+ * any lane's block is not done; the seeds found are compressed into out. */
+AVX512_TARGET static uint32_t blocks_avx512(const rng_t *restrict g, uint64_t j0, uint32_t nb,
+                                            uint32_t *restrict out) {
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const uint32_t lo = (uint32_t)gc, hi = (uint32_t)(gc >> 32);
-    const __m512i vk0 = _mm512_set1_epi32((int)g->k0), vhk = _mm512_set1_epi32((int)hk);
-    const __m512i vany = _mm512_set1_epi32((int)g->any), vlo = _mm512_set1_epi32((int)lo);
-    __m512i acc_i = _mm512_setzero_si512(), acc_h = _mm512_setzero_si512();
-    uint32_t n = 0, c = 0; /* groups done; lanes filled in acc */
-    for (int64_t i = 0; i < len; i += 16) {
-        const __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)i), iota);
-        const __m512i h =
-            mix16(_mm512_xor_si512(mix16(_mm512_xor_si512(_mm512_add_epi32(vlo, at), vk0)), vhk));
-        uint32_t m = _mm512_cmplt_epu32_mask(h, vany);
-        if (len - i < 16) m &= (1U << (len - i)) - 1;
-        const uint32_t k = (uint32_t)__builtin_popcount(m); /* 0 too: no branch */
-        const __m512i ci = _mm512_maskz_compress_epi32((__mmask16)m, at);
-        const __m512i ch = _mm512_maskz_compress_epi32((__mmask16)m, h);
-        if (c + k < 16) {
-            const __mmask16 into = (__mmask16)(((1U << k) - 1) << c);
-            acc_i = _mm512_mask_expand_epi32(acc_i, into, ci);
-            acc_h = _mm512_mask_expand_epi32(acc_h, into, ch);
-            c += k;
-            continue;
-        }
-        const __mmask16 fill = (__mmask16)(0xffffU << c);
-        acc_i = _mm512_mask_expand_epi32(acc_i, fill, ci);
-        acc_h = _mm512_mask_expand_epi32(acc_h, fill, ch);
-        _mm512_storeu_si512(off + n, acc_i);
-        later_lanes(g, gc, steps16(g, hi, _mm512_add_epi32(vlo, acc_i), acc_h, bits + n, state + n),
-                    off + n, bits + n, state + n);
-        n += 16;
-        const __m512i down = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 - c)));
-        acc_i = _mm512_permutexvar_epi32(down, ci); /* the lanes left over, from lane 0 */
-        acc_h = _mm512_permutexvar_epi32(down, ch);
-        c = c + k - 16;
-    }
-    if (c) {
-        _mm512_storeu_si512(off + n, acc_i);
-        const __mmask16 later =
-            steps16(g, hi, _mm512_add_epi32(vlo, acc_i), acc_h, bits + n, state + n);
-        later_lanes(g, gc, later & (__mmask16)((1U << c) - 1), off + n, bits + n, state + n);
-        n += c;
+    const __m512i jlo = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)j0), iota);
+    const __mmask16 carry = _mm512_cmplt_epu32_mask(jlo, _mm512_set1_epi32((int)(uint32_t)j0));
+    const __m512i jhi = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(j0 >> 32)), carry,
+                                              _mm512_set1_epi32((int)(uint32_t)(j0 >> 32)),
+                                              _mm512_set1_epi32(1));
+    /* counter 256 j + k: low word (j << 8) | k, high word j >> 24 */
+    const __m512i lo = _mm512_slli_epi32(jlo, BLOCK_BITS);
+    const __m512i hi = _mm512_or_si512(_mm512_slli_epi32(jhi, 32 - BLOCK_BITS),
+                                       _mm512_srli_epi32(jlo, 32 - BLOCK_BITS));
+    const __m512i vk0 = _mm512_set1_epi32((int)g->k0), vk1 = _mm512_set1_epi32((int)g->k1);
+    const __m512i hk1 = _mm512_xor_si512(hi, vk1), hk0 = _mm512_xor_si512(hi, vk0);
+    const __m512i tv = _mm512_loadu_si512(g->T), rv = _mm512_loadu_si512(g->R);
+    const __m512i t15 = _mm512_set1_epi32((int)g->T[15]), r15 = _mm512_set1_epi32((int)g->R[15]);
+    const __m512i one = _mm512_set1_epi32(1), lanebase = _mm512_slli_epi32(iota, BLOCK_BITS);
+    const __m512i last = _mm512_set1_epi32(BLOCK - 1);
+    __m512i pos = _mm512_set1_epi32(-1);
+    __mmask16 alive = (__mmask16)(nb >= 16 ? 0xffffU : (1U << nb) - 1);
+    uint32_t n = 0;
+    for (uint32_t k = 0; alive; ++k) {
+        const __m512i c = _mm512_or_si512(lo, _mm512_set1_epi32((int)k));
+        const __m512i ua = mix16(_mm512_xor_si512(mix16(_mm512_xor_si512(c, vk0)), hk1));
+        const __m512i ub = mix16(_mm512_xor_si512(mix16(_mm512_xor_si512(c, vk1)), hk0));
+        const __m512i gap = _mm512_add_epi32(_mm512_slli_epi32(above16(tv, t15, ua), 4),
+                                             above16(rv, r15, ub));
+        pos = _mm512_mask_add_epi32(pos, alive, pos, _mm512_add_epi32(gap, one));
+        /* pos >= -1 + 1; as unsigned, a gap past the block compares above it */
+        const __mmask16 hit = alive & _mm512_cmple_epu32_mask(pos, last);
+        _mm512_mask_compressstoreu_epi32(out + n, hit, _mm512_add_epi32(lanebase, pos));
+        n += (uint32_t)__builtin_popcount(hit);
+        alive = hit & _mm512_cmplt_epu32_mask(pos, last);
     }
     return n;
 }
@@ -304,7 +177,7 @@ AVX512_TARGET static uint32_t chunk_avx512(const rng_t *restrict g, uint64_t gc,
 
 /* The clones in use: 0 generic, 1 AVX-512; -1 until the first call picks the best */
 static int isa = -1;
-static chunk_fn chunk_impl = chunk_base;
+static blocks_fn blocks_impl = blocks_base;
 
 static int avx512_supported(void) {
 #ifdef HAVE_AVX512_CLONES
@@ -319,7 +192,7 @@ static int avx512_supported(void) {
 static void set_isa(int want) {
     isa = want == 1 && avx512_supported();
 #ifdef HAVE_AVX512_CLONES
-    chunk_impl = isa ? chunk_avx512 : chunk_base;
+    blocks_impl = isa ? blocks_avx512 : blocks_base;
 #endif
 }
 
@@ -331,104 +204,43 @@ int plugdrop_isa(int want) {
     return isa;
 }
 
-/* The seeds of one group g that holds at least one (bit j: position 8 g + j) */
-static inline uint32_t group_seeds(const rng_t *g, uint64_t grp) {
-    uint32_t off[16] = {0}, hv[16] = {hash_a(grp, g->k0, g->k1)}, bits[16], state[16];
-    steps_base(g, grp, off, hv, 1, bits, state);
-    return bits[0] | (state[0] != 0xff ? later_seeds(g, grp, state[0]) : 0);
-}
-
-/* Successful draws among positions first .. first + count - 1, as offsets from first, into
- * hits (ascending); returns how many (the channels-last path, which zeroes each seed's block).
- * The positions come in groups of 8 (8g .. 8g + 7): one hash per group decides whether it
- * holds a seed (a chunk of groups at a time), and only the groups that do are drawn further
- * (group_seeds: the first seed from that hash, one more hash per later seed). */
-static int64_t draw(const rng_t *g, int64_t first, int64_t count, int64_t *hits) {
-    uint8_t flag[CHUNK + 8];
+/* The seeds among seed-grid positions first .. first + count - 1, in no particular order, of
+ * the blocks b0 .. b1 - 1 (relative to the block of first; all of them: b1 = -1). Each seed,
+ * at first + t, goes to hits[n] = t if hits is given (returns n), else sets bit at[t] of m
+ * (bit t if at is NULL). */
+static int64_t draw_range(const rng_t *g, int64_t first, int64_t count, const uint32_t *at,
+                          uint64_t *m, int64_t *hits, int64_t b0, int64_t b1) {
+    if (g->none || count <= 0) return 0;
+    uint32_t buf[16 * BLOCK + 16];
+    const int64_t j0 = first >> BLOCK_BITS, jn = ((first + count - 1) >> BLOCK_BITS) + 1 - j0;
+    if (b1 < 0 || b1 > jn) b1 = jn;
     int64_t nh = 0;
-    const uint32_t k0 = g->k0, k1 = g->k1, any = g->any;
-    const int64_t g0 = first >> 3, g1 = (first + count + 7) >> 3;
-    for (int64_t c0 = g0; c0 < g1; c0 += CHUNK) {
-        const int64_t len = g1 - c0 < CHUNK ? g1 - c0 : CHUNK;
-        const uint32_t lo = (uint32_t)c0, hk = (uint32_t)((uint64_t)c0 >> 32) ^ k1;
-        if ((uint64_t)lo + (uint64_t)len <= ((uint64_t)1 << 32)) {
-            for (uint32_t i = 0; i < (uint32_t)len; ++i)  /* 32-bit lanes */
-                flag[i] = mix(mix((lo + i) ^ k0) ^ hk) < any;
-        } else { /* the chunk straddles a multiple of 2**32 */
-            for (int64_t i = 0; i < len; ++i) flag[i] = hash_a((uint64_t)(c0 + i), k0, k1) < any;
-        }
-        memset(flag + len, 0, 8);
-        for (int64_t i = 0; i < len; i += 8) {
-            uint64_t w;
-            memcpy(&w, flag + i, 8);
-            while (w) {
-                const int64_t grp = c0 + i + (__builtin_ctzll(w) >> 3);
-                w &= w - 1;
-                const uint64_t n0 = (uint64_t)grp * 8;
-                uint32_t seeds = group_seeds(g, (uint64_t)grp);
-                while (seeds) {
-                    const int64_t n = (int64_t)n0 + __builtin_ctz(seeds);
-                    seeds &= seeds - 1;
-                    if (n >= first && n < first + count) hits[nh++] = n - first;
-                }
+    for (int64_t b = b0; b < b1; b += 16) {
+        const uint32_t nb = (uint32_t)(b1 - b < 16 ? b1 - b : 16);
+        const uint32_t n = blocks_impl(g, (uint64_t)(j0 + b), nb, buf);
+        const int64_t base = ((j0 + b) << BLOCK_BITS) - first;
+        for (uint32_t i = 0; i < n; ++i) {
+            const int64_t t = base + buf[i];
+            if ((uint64_t)t >= (uint64_t)count) continue;
+            if (hits) hits[nh++] = t;
+            else {
+                const uint64_t a = at ? at[t] : (uint64_t)t;
+                m[a >> 6] |= (uint64_t)1 << (a & 63);
             }
         }
     }
     return nh;
 }
 
-/* The seeds of groups g0 .. g0 + ng - 1, without a branch per group: a vectorized loop decides
- * for a chunk of groups whether each holds a seed and lists those that do, which are then
- * drawn 16 at a time (chunk_impl). With at == NULL, one byte per group into out
- * (bit j: position 8g + j); else each seed is placed: the one at position 8 g0 + p0 + t,
- * 0 <= t < nv, sets bit at[t] of m. */
-static void draw_seeds(const rng_t *g, int64_t g0, int64_t ng, uint8_t *out, const uint32_t *at,
-                       int64_t p0, int64_t nv, uint64_t *m) {
-    /* 64-byte aligned: a 16-lane store read back lane by lane must not straddle cache lines */
-#define ALIGNED64 __attribute__((aligned(64)))
-    uint32_t off[CHUNK + 16] ALIGNED64, hv[CHUNK + 16] ALIGNED64;
-    uint32_t bits[CHUNK + 16] ALIGNED64, state[CHUNK + 16] ALIGNED64;
-#undef ALIGNED64
-    const uint32_t k0 = g->k0, k1 = g->k1;
-    for (int64_t c0 = 0; c0 < ng; c0 += CHUNK) {
-        const int64_t len = ng - c0 < CHUNK ? ng - c0 : CHUNK;
-        const int64_t gc = g0 + c0;
-        const uint32_t lo = (uint32_t)gc, hk = (uint32_t)((uint64_t)gc >> 32) ^ k1;
-        uint32_t n = 0;
-        if ((uint64_t)lo + (uint64_t)len <= ((uint64_t)1 << 32)) {
-            n = chunk_impl(g, (uint64_t)gc, hk, len, off, bits, state);
-        } else { /* the chunk straddles a multiple of 2**32 */
-            for (int64_t i = 0; i < len; ++i) {
-                const uint32_t h = hash_a((uint64_t)(gc + i), k0, k1);
-                if (h < g->any) {
-                    off[n] = (uint32_t)i;
-                    hv[n++] = h;
-                }
-            }
-            const uint32_t n16 = (n + 15) & ~15U;
-            for (uint32_t k = n; k < n16; ++k) off[k] = hv[k] = 0;
-            steps_base(g, (uint64_t)gc, off, hv, n16, bits, state);
-            for (uint32_t k = 0; k < n; ++k)
-                if (state[k] != 0xff) bits[k] |= later_seeds(g, (uint64_t)gc + off[k], state[k]);
-        }
-        if (at == NULL) {
-            memset(out + c0, 0, (size_t)len);
-            for (uint32_t k = 0; k < n; ++k) out[c0 + off[k]] = (uint8_t)bits[k];
-            continue;
-        }
-        for (uint32_t k = 0; k < n; ++k) {
-            const int64_t base = 8 * (c0 + (int64_t)off[k]) - p0;
-            for (uint32_t b = bits[k]; b; b &= b - 1) {
-                const int64_t t = base + __builtin_ctz(b);
-                if ((uint64_t)t < (uint64_t)nv) m[at[t] >> 6] |= (uint64_t)1 << (at[t] & 63);
-            }
-        }
-    }
-}
-
-/* draw_seeds, one byte per group into out */
-static void draw_bytes(const rng_t *g, int64_t g0, int64_t ng, uint8_t *out) {
-    draw_seeds(g, g0, ng, out, NULL, 0, 0, NULL);
+/* Part k of `parts` of the seeds of draw_range(g, first, count, at, m): together, the same bits
+ * (the blocks split into parts of whole vectors of 16 blocks; later parts may be empty) */
+static void draw_part(const rng_t *g, int64_t first, int64_t count, const uint32_t *at,
+                      uint64_t *m, int64_t k, int64_t parts) {
+    if (count <= 0) return;
+    const int64_t jn = ((first + count - 1) >> BLOCK_BITS) + 1 - (first >> BLOCK_BITS);
+    const int64_t step = 16 * (((jn + 15) / 16 + parts - 1) / parts); /* whole vectors */
+    const int64_t b0 = k * step, b1 = (k + 1) * step < jn ? (k + 1) * step : jn;
+    if (b1 > b0) draw_range(g, first, count, at, m, NULL, b0, b1);
 }
 
 /* ------------------------------------------------------------------------------ bit arrays
@@ -693,34 +505,19 @@ typedef struct {
 } job_t;
 
 /* Groups of maps start at multiples of this many maps: then their first position is a multiple
- * of 64 bits, and their first seed-grid index (V seeds per map) a multiple of 8, so a group
- * draws whole bytes. */
-static int64_t map_align(int64_t S, int64_t V) {
+ * of 64 bits (whole words of the bit arrays). */
+static int64_t map_align(int64_t S) {
     int64_t a = 64, s = S;
     while (a > 1 && (s & 1) == 0) {
         a >>= 1;
         s >>= 1;
     }
-    int64_t b = 8, v = V;
-    while (b > 1 && (v & 1) == 0) {
-        b >>= 1;
-        v >>= 1;
-    }
-    return a > b ? a : b;
+    return a;
 }
 
 /* Slices of the masked pass between which the next group's draws run (the pipeline of
  * channels_first) */
 #define PIPE_SLICES 4
-
-/* Part k of `parts` of the seeds at seed-grid positions 8 g0 .. 8 g0 + nv - 1, placed on m by
- * the table at: together, the same bits as one draw_seeds call */
-static void draw_part(const rng_t *g, int64_t g0, int64_t nv, const uint32_t *at, uint64_t *m,
-                      int64_t k, int64_t parts) {
-    const int64_t ng = (nv + 7) / 8, step = (ng + parts - 1) / parts;
-    const int64_t b0 = k * step, b1 = (k + 1) * step < ng ? (k + 1) * step : ng;
-    if (b1 > b0) draw_seeds(g, g0 + b0, b1 - b0, NULL, at, -8 * b0, nv, m);
-}
 
 /* The seeds in m (bits 0 .. bits - 1; m and t have nw words, zero past bits) grown into their
  * blocks; returns the array holding the result (m or t), zero past bits. */
@@ -764,7 +561,10 @@ static void channels_first(job_t *job, int dtype) {
     uint64_t *mask2 = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *tmp2 = (uint64_t *)malloc((size_t)nw * 8);
     uint64_t *smask = (uint64_t *)malloc((size_t)(2 * sw) * 8);
-    uint8_t *drawn = (uint8_t *)malloc((size_t)(gm + 7) / 8); /* maps dropped whole */
+    /* whole maps: bit u - u0 says map u is dropped (all the thread's maps drawn at once: the
+     * generator's vectors need many blocks of 256 positions) */
+    const int64_t dw = shared ? 1 : (job->u1 - job->u0 + 63) / 64;
+    uint64_t *drawn = (uint64_t *)calloc((size_t)dw, 8);
     uint32_t *at = (uint32_t *)malloc((size_t)nv * 4);
     void *srep = S < SMALL_MAP ? malloc((size_t)(gm * S * es)) : NULL;
     if (!mask || !tmp || !mask2 || !tmp2 || !smask || !drawn || !at ||
@@ -785,14 +585,13 @@ static void channels_first(job_t *job, int dtype) {
     /* Each map's own seeds, blocks smaller than the map: a pipeline. The masked pass of one
      * group of maps is bound by its stores, the draws of the next by arithmetic, so the next
      * group's draws are done in parts between slices of this group's pass, while the stores
-     * drain (3-12% on maps of every size; the draws must not go through memory for that: see
-     * chunk_avx512). The draws of a group do not depend on how they are split. */
+     * drain. The draws of a group do not depend on how they are split (draw_part). */
     int64_t u_done = job->u0;
     if (!shared && !whole && job->u1 > job->u0) {
         uint64_t *cm = mask, *ct = tmp, *nm = mask2, *nt = tmp2;
         int64_t u = job->u0, n = gm < job->u1 - u ? gm : job->u1 - u;
         memset(cm, 0, (size_t)nw * 8);
-        draw_seeds(&job->rng, u * V / 8, (n * V + 7) / 8, NULL, at, 0, n * V, cm);
+        draw_range(&job->rng, u * V, n * V, at, cm, NULL, 0, -1);
         uint64_t *res = grow_blocks(cm, ct, n * S, bw, bh, bd, W, H * W);
         while (u < job->u1) {
             const int64_t un = u + n;
@@ -823,13 +622,13 @@ static void channels_first(job_t *job, int dtype) {
                                   off + e, pl);
                     e += pl;
                     if (parts < PIPE_SLICES) /* a part of the next group's draws */
-                        draw_part(&job->rng, un * V / 8, nn * V, at, nm, parts++, PIPE_SLICES);
+                        draw_part(&job->rng, un * V, nn * V, at, nm, parts++, PIPE_SLICES);
                 }
                 k += run;
             }
             if (nn > 0) {
                 while (parts < PIPE_SLICES)
-                    draw_part(&job->rng, un * V / 8, nn * V, at, nm, parts++, PIPE_SLICES);
+                    draw_part(&job->rng, un * V, nn * V, at, nm, parts++, PIPE_SLICES);
                 res = grow_blocks(nm, nt, nn * S, bw, bh, bd, W, H * W);
                 uint64_t *t = cm;
                 cm = nm;
@@ -850,19 +649,19 @@ static void channels_first(job_t *job, int dtype) {
         const int64_t n = gm < job->u1 - u ? gm : job->u1 - u;
         uint64_t *res = mask;
         if (!shared) {
-            /* whole maps (the pipeline took the rest): bit k of drawn, map u + k is dropped
-             * (u a multiple of 8: whole bytes) */
-            draw_bytes(&job->rng, u / 8, (n + 7) / 8, drawn);
+            /* whole maps (the pipeline took the rest): bit u + k - u0 of drawn */
+            if (u == u_done) draw_range(&job->rng, u, job->u1 - u, NULL, drawn, NULL, 0, -1);
+            const int64_t d0 = u - u_done;
             if (uniform) {
                 /* Maps dropped whole or scaled by one number (Dropout2d, blocks as large as
                  * the map): runs of consecutive maps in the same state, zero-filled without
                  * reading x or multiplied by a constant; no bit arrays. */
                 for (int64_t k = 0; k < n;) {
                     const int64_t m = u + k, b = m / C, c = m - b * C;
-                    const int drop = drawn[k >> 3] >> (k & 7) & 1;
+                    const int drop = drawn[(d0 + k) >> 6] >> ((d0 + k) & 63) & 1;
                     int64_t run = 1;
                     while (run < C - c && k + run < n &&
-                           (drawn[(k + run) >> 3] >> ((k + run) & 7) & 1) == drop)
+                           (int)(drawn[(d0 + k + run) >> 6] >> ((d0 + k + run) & 63) & 1) == drop)
                         ++run;
                     if (dtype == 0)
                         run32((const float *)job->x + b * job->x_bstride + c * S,
@@ -880,7 +679,7 @@ static void channels_first(job_t *job, int dtype) {
             /* the block is the map: a map with a seed is dropped whole */
             memset(tmp, 0, (size_t)nw * 8);
             for (int64_t k = 0; k < n; ++k)
-                if (drawn[k >> 3] >> (k & 7) & 1) set_run(tmp, k * S, S);
+                if (drawn[(d0 + k) >> 6] >> ((d0 + k) & 63) & 1) set_run(tmp, k * S, S);
             res = tmp;
         } else if (u / C != (u + n - 1) / C || u / C != gmask_b || n != gmask_n) {
             /* (a group of maps within the sample of the previous one, as many maps: its
@@ -891,9 +690,8 @@ static void channels_first(job_t *job, int dtype) {
             for (int64_t k = 0; k < n; ++k) {
                 const int64_t b = (u + k) / C;
                 if (b != smask_b) { /* one sample's seeds serve its C maps */
-                    const int64_t first = b * V, sh = first & 7;
                     memset(smask, 0, (size_t)sw * 8);
-                    draw_seeds(&job->rng, first >> 3, (sh + V + 7) / 8, NULL, at, sh, V, smask);
+                    draw_range(&job->rng, b * V, V, at, smask, NULL, 0, -1);
                     sres = grow_blocks(smask, smask + sw, S, bw, bh, bd, W, H * W);
                     smask_b = b;
                 }
@@ -948,7 +746,7 @@ static void NAME(job_t *job) {                                                  
             T *restrict orow = out + i * C;                                                    \
             for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * sc;                              \
         }                                                                                      \
-        const int64_t nh = draw(&job->rng, b * per, per, hits);                                \
+        const int64_t nh = draw_range(&job->rng, b * per, per, NULL, NULL, hits, 0, -1);      \
         for (int64_t k = 0; k < nh; ++k) {                                                     \
             const int64_t c = shared ? 0 : hits[k] / V, r = hits[k] - c * V;                   \
             const int64_t w0 = r % Wv, h0 = (r / Wv) % Hv, d0 = r / (Wv * Hv);                 \
@@ -978,7 +776,7 @@ DEFINE_KERNEL(kernel_f64, double)
  * Built with OpenMP, it runs on the OpenMP runtime PyTorch already loaded (same soname), so
  * it shares PyTorch's worker threads instead of competing with them. */
 int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const void *scale,
-                       int64_t k0, int64_t k1, const int64_t *thresholds, int64_t B, int64_t x_bstride,
+                       int64_t k0, int64_t k1, const int64_t *law, int64_t B, int64_t x_bstride,
                        int64_t out_bstride, int64_t C, int64_t D, int64_t H, int64_t W,
                        int64_t bd, int64_t bh, int64_t bw, int channels_last, int shared) {
     void (*kernel)(job_t *) = dtype == 0 ? kernel_f32 : kernel_f64;
@@ -988,7 +786,7 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     const int64_t numel = B * C * D * H * W;
     /* channels-first groups of maps start at multiples of align maps */
     const int64_t align =
-        channels_last ? 1 : map_align(D * H * W, (D - bd + 1) * (H - bh + 1) * (W - bw + 1));
+        channels_last ? 1 : map_align(D * H * W);
     const int64_t blocks = (units + align - 1) / align;
     if (threads > numel / GRAIN) threads = (int)(numel / GRAIN);
     if (threads > blocks) threads = (int)blocks;
@@ -997,8 +795,11 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     job_t proto;
     proto.x = x; proto.out = out; proto.scale = scale;
     proto.rng.k0 = (uint32_t)k0; proto.rng.k1 = (uint32_t)k1;
-    for (int j = 0; j < 8; ++j) proto.rng.F[j] = (uint32_t)thresholds[j];
-    proto.rng.any = proto.rng.F[7];
+    proto.rng.none = law[0] > 0xffffffffLL;
+    for (int j = 0; j < 16; ++j) {
+        proto.rng.T[j] = (uint32_t)law[j];
+        proto.rng.R[j] = (uint32_t)law[16 + j];
+    }
     proto.x_bstride = x_bstride; proto.out_bstride = out_bstride;
     proto.C = C; proto.D = D; proto.H = H; proto.W = W; proto.bd = bd; proto.bh = bh;
     proto.bw = bw; proto.channels_last = channels_last; proto.shared = shared;
