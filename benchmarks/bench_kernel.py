@@ -5,9 +5,8 @@ from ``x * x``:
 
 - ``kernel``: the real call (p = 0.1), with a new key each call as in training (a repeated key
   repeats every branch of the draws, which the CPU learns to predict);
-- ``kernel, no seeds``: the same call with a seed probability of 0 (the draw's first stage, the
-  bit-array work and the masked pass still run; no seed groups are hashed and nothing is
-  dropped);
+- ``kernel, no seeds``: the same call with a seed probability of 0 (the generator draws nothing;
+  the bit-array work and the masked pass still run, and nothing is dropped);
 - ``x * x``: the floor of any transform that is not in place (4 bytes read and 4 written per
   float32 element, as the kernel; a new output tensor each call, as the kernel's).
 
