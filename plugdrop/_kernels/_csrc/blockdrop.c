@@ -80,29 +80,64 @@ static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
     return mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
 }
 
-/* #{i < 16: t[i] <= v} */
-static inline uint32_t count_le(const uint32_t *t, uint32_t v) {
-    uint32_t c = 0;
-    for (int i = 0; i < 16; ++i) c += t[i] <= v;
-    return c;
-}
-
 /* The seeds of blocks j0 .. j0 + nb - 1 (nb <= 16) into out, as 256 (j - j0) + pos, in no
  * particular order; returns how many (at most 256 nb). */
 typedef uint32_t (*blocks_fn)(const rng_t *restrict, uint64_t, uint32_t, uint32_t *restrict);
 
-/* The generic clone: one block after another */
+/* 8 lanes of unsigned 32 bits (GCC and clang vector extensions) */
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+/* (vectors passed by address: by value, a build without AVX would change the ABI) */
+static inline void mix8(v8u *x) {
+    v8u v = *x;
+    v ^= v >> 16; v *= 0x7feb352dU; v ^= v >> 15; v *= 0x846ca68bU; v ^= v >> 16;
+    *x = v;
+}
+
+/* *c = 16 - #{i < 16: t[i] <= v} on 8 lanes */
+static inline void above8(const uint32_t *t, const v8u *v, v8u *c) {
+    v8u r = *v - *v + 16;
+    for (int i = 0; i < 16; ++i) r += (v8u)(*v >= t[i]); /* a true comparison is all ones */
+    *c = r;
+}
+
+/* The generic clone: 8 blocks at a time, one per lane, their draws in step (the lanes whose
+ * block is done idle until the last is) */
 static uint32_t blocks_base(const rng_t *restrict g, uint64_t j0, uint32_t nb,
                             uint32_t *restrict out) {
     uint32_t n = 0;
-    for (uint32_t l = 0; l < nb; ++l) {
-        const uint64_t base = (j0 + l) << BLOCK_BITS;
-        for (uint32_t k = 0, pos = (uint32_t)-1; pos + 1 < BLOCK; ++k) {
-            const uint64_t c = base + k;
-            const uint32_t h = 16 - count_le(g->T, hash_a(c, g->k0, g->k1));
-            const uint32_t r = 16 - count_le(g->R, hash_a(c, g->k1, g->k0));
-            pos += 1 + 16 * h + r;
-            if (pos < BLOCK) out[n++] = (l << BLOCK_BITS) + pos;
+    for (uint32_t l0 = 0; l0 < nb; l0 += 8) {
+        v8u lo, hk0, hk1, jr, pos, alive;
+        for (int i = 0; i < 8; ++i) { /* counter 256 j + k: low word (j << 8) | k, high j >> 24 */
+            const uint64_t j = j0 + l0 + (uint32_t)i;
+            lo[i] = (uint32_t)(j << BLOCK_BITS);
+            hk1[i] = (uint32_t)(j >> (32 - BLOCK_BITS)) ^ g->k1;
+            hk0[i] = (uint32_t)(j >> (32 - BLOCK_BITS)) ^ g->k0;
+            jr[i] = (l0 + (uint32_t)i) << BLOCK_BITS;
+            pos[i] = (uint32_t)-1;
+            alive[i] = l0 + (uint32_t)i < nb ? (uint32_t)-1 : 0;
+        }
+        for (uint32_t k = 0;; ++k) {
+            uint32_t any = 0;
+            for (int i = 0; i < 8; ++i) any |= alive[i];
+            if (!any) break;
+            const v8u c = lo | k;
+            v8u ua = c ^ g->k0, ub = c ^ g->k1, h, r;
+            mix8(&ua);
+            ua ^= hk1;
+            mix8(&ua);
+            mix8(&ub);
+            ub ^= hk0;
+            mix8(&ub);
+            above8(g->T, &ua, &h);
+            above8(g->R, &ub, &r);
+            pos += (h * 16 + r + 1) & alive;
+            const v8u hit = alive & (v8u)(pos <= BLOCK - 1), val = jr + pos;
+            for (int i = 0; i < 8; ++i) { /* branch-free: a store, then counted if a seed */
+                out[n] = val[i];
+                n += hit[i] & 1;
+            }
+            alive = hit & (v8u)(pos < BLOCK - 1);
         }
     }
     return n;
