@@ -81,7 +81,8 @@ static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
 }
 
 /* The seeds of blocks j0 .. j0 + nb - 1 (nb <= 16) into out, as 256 (j - j0) + pos, in no
- * particular order; returns how many (at most 256 nb). */
+ * particular order; returns how many (at most 256 nb; out has room for 256 nb + 8: the
+ * generic clone stores each lane's value and counts it only if it is a seed). */
 typedef uint32_t (*blocks_fn)(const rng_t *restrict, uint64_t, uint32_t, uint32_t *restrict);
 
 /* 8 lanes of unsigned 32 bits (GCC and clang vector extensions) */
