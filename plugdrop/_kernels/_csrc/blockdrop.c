@@ -76,10 +76,6 @@ typedef struct {
     uint32_t R[16];     /* R[0] = 0, R[i] = P(r >= 16 - i) * 2**32, ascending */
 } rng_t;
 
-static inline uint32_t hash_a(uint64_t n, uint32_t k0, uint32_t k1) {
-    return mix(mix((uint32_t)n ^ k0) ^ (uint32_t)(n >> 32) ^ k1);
-}
-
 /* The seeds of blocks j0 .. j0 + nb - 1 (nb <= 16) into out, as 256 (j - j0) + pos, in no
  * particular order; returns how many (at most 256 nb; out has room for 256 nb + 8: the
  * generic clone stores each lane's value and counts it only if it is a seed). */
