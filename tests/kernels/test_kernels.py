@@ -106,7 +106,7 @@ def test_kernel_generator_blocks_hold_the_bernoulli_law(g):
 @needs_cext
 @pytest.mark.parametrize("gamma,fraction", [(0.0, 0.0), (1.0, 1.0)])
 def test_kernel_generator_extremes(gamma, fraction, clone):
-    # gamma 0: no seed anywhere; gamma 1: a seed at every position (blocks of 1 on 2x1 maps,
+    # gamma 0: no seed anywhere; gamma 1: a seed at every position (blocks of 1 on 1D maps,
     # so the output's zeros are the seeds), in the kernel and in its reference.
     thresh = cext.thresholds(gamma)
     n = 3 * 5 * 700
