@@ -50,9 +50,7 @@
 #define BLOCK_BITS 8
 #define BLOCK (1 << BLOCK_BITS)
 /* elements per group of maps processed together (channels-first) */
-#ifndef GROUP
 #define GROUP 4096
-#endif
 
 static inline uint32_t mix(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
@@ -236,6 +234,11 @@ int plugdrop_isa(int want) {
     return isa;
 }
 
+/* The blocks of the generator that positions first .. first + count - 1 (count > 0) touch */
+static inline int64_t blocks_touched(int64_t first, int64_t count) {
+    return ((first + count - 1) >> BLOCK_BITS) + 1 - (first >> BLOCK_BITS);
+}
+
 /* The seeds among seed-grid positions first .. first + count - 1, in no particular order, of
  * the blocks b0 .. b1 - 1 (relative to the block of first; all of them: b1 = -1). Each seed,
  * at first + t, goes to hits[n] = t if hits is given (returns n), else sets bit at[t] of m
@@ -244,7 +247,7 @@ static int64_t draw_range(const rng_t *g, int64_t first, int64_t count, const ui
                           uint64_t *m, int64_t *hits, int64_t b0, int64_t b1) {
     if (g->none || count <= 0) return 0;
     uint32_t buf[16 * BLOCK + 16];
-    const int64_t j0 = first >> BLOCK_BITS, jn = ((first + count - 1) >> BLOCK_BITS) + 1 - j0;
+    const int64_t j0 = first >> BLOCK_BITS, jn = blocks_touched(first, count);
     if (b1 < 0 || b1 > jn) b1 = jn;
     int64_t nh = 0;
     for (int64_t b = b0; b < b1; b += 16) {
@@ -269,7 +272,7 @@ static int64_t draw_range(const rng_t *g, int64_t first, int64_t count, const ui
 static void draw_part(const rng_t *g, int64_t first, int64_t count, const uint32_t *at,
                       uint64_t *m, int64_t k, int64_t parts) {
     if (count <= 0) return;
-    const int64_t jn = ((first + count - 1) >> BLOCK_BITS) + 1 - (first >> BLOCK_BITS);
+    const int64_t jn = blocks_touched(first, count);
     const int64_t step = 16 * (((jn + 15) / 16 + parts - 1) / parts); /* whole vectors */
     const int64_t b0 = k * step, b1 = (k + 1) * step < jn ? (k + 1) * step : jn;
     if (b1 > b0) draw_range(g, first, count, at, m, NULL, b0, b1);
@@ -674,6 +677,8 @@ static void channels_first(job_t *job, int dtype) {
         }
         u_done = job->u1;
     }
+    if (!shared && u_done < job->u1) /* whole maps (the pipeline did not run): all at once */
+        draw_range(&job->rng, u_done, job->u1 - u_done, NULL, drawn, NULL, 0, -1);
     int64_t smask_b = -1; /* shared: the sample whose mask is in sres */
     int64_t gmask_b = -1, gmask_n = 0; /* shared: the sample and maps of the group in mask */
     uint64_t *sres = smask;
@@ -681,8 +686,7 @@ static void channels_first(job_t *job, int dtype) {
         const int64_t n = gm < job->u1 - u ? gm : job->u1 - u;
         uint64_t *res = mask;
         if (!shared) {
-            /* whole maps (the pipeline took the rest): bit u + k - u0 of drawn */
-            if (u == u_done) draw_range(&job->rng, u, job->u1 - u, NULL, drawn, NULL, 0, -1);
+            /* whole maps: map u + k is dropped iff bit u + k - u0 of drawn is set */
             const int64_t d0 = u - u_done;
             if (uniform) {
                 /* Maps dropped whole or scaled by one number (Dropout2d, blocks as large as
