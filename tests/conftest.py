@@ -47,3 +47,14 @@ def sigma_tol(samples: torch.Tensor, k: float = 5.0) -> float:
     """k standard errors of the mean of independent ``samples`` (floored for tiny variance)."""
     n = samples.numel()
     return k * max(samples.double().std().item(), 1e-3) / math.sqrt(n)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="store the numbers of tests/golden as the new golden ones (a "
+                          "deliberate change of numbers, committed on its own with the reason)")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return bool(request.config.getoption("--update-golden"))
