@@ -80,7 +80,7 @@ def _hand_epoch(data):
 @pytest.mark.parametrize("watch", ["auto", "false"])
 def test_runner_epoch_vs_hand_loop(benchmark, tmp_path: Path, watch):
     from plugdrop.ablate import config as C
-    from plugdrop.ablate.runner import load_data
+    from plugdrop.ablate.execute import load_data
 
     path = tmp_path / "cfg.yaml"
     path.write_text(CONFIG.format(watch=watch))

@@ -31,3 +31,8 @@ class SelectorError(PlugdropError):
 class AttachError(PlugdropError):
     """:func:`plugdrop.attach` got arguments that cannot work together (``where``, ``element``,
     a transform already attached, ``where="params"`` on a module without parameters)."""
+
+
+class NotResidualWarning(UserWarning):
+    """DropPath attached to a module that is not a residual branch: it then drops the whole
+    sample's features instead of skipping a block."""

@@ -11,23 +11,21 @@ the device), which is what ``torch.compile`` needs to trace a changing value wit
 
 Randomness comes from torch's generators: ``torch.manual_seed`` reproduces every mask.
 
-Each public function checks its settings and calls a private twin (``_drop_block``...) that
-does not: the transforms check their settings once, at construction and at each schedule
-step, and call the twins from the hooks.
+Each public function checks its settings and calls an unchecked twin that does not: the
+transforms check their settings once, at construction and at each schedule step, and call the
+twins from the hooks. The twins of the functions with several kernel paths (DropBlock,
+Dropout2d, Dropout, DropPath, Gaussian noise) are their dispatch under :mod:`plugdrop._kernels`
+(``blockdrop``, ``masks``, ``noise``: the plans, caches and fast paths of each op in one
+place); the others are the ``_name`` functions here.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
 
 import torch
 
-from . import _checks, _compat, _layout
-from ._device import PerDevice
-from ._kernels import autograd as KA
-from ._kernels import cext, dense, draws, geometry
-from ._kernels import ops as kernel_ops
+from . import _checks, _layout
+from ._kernels import blockdrop, draws, masks, noise
 from .errors import SettingError, ShapeError
 
 __all__ = [
@@ -115,153 +113,7 @@ def drop_block(
     _layout.check_prefix(prefix_tokens)
     if not training:
         return x
-    return _drop_block(x, p, blocks, shared_channels, layout, prefix_tokens, rescale)
-
-
-def _drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
-                shared_channels: bool, layout: str | None, prefix_tokens: int | None,
-                rescale: str) -> torch.Tensor:
-    """:func:`drop_block` with checked settings (shapes are still checked)."""
-    plan_key = None
-    if not isinstance(p, torch.Tensor) and KA.USE_CEXT and (layout is None
-                                                            or layout == "channels_first"):
-        plan_key = (x.shape, x.stride(), x.dtype, x.device, p, blocks, shared_channels,
-                    rescale)
-        plan = _cached_plan(plan_key)
-        if plan is not None:
-            return plan(x)
-    view, restore = _layout.to_channels_first(x, layout, (1, 2, 3), "drop_block",
-                                                  prefix_tokens)
-    if _is_zero(p):
-        return x
-    sizes = tuple(view.shape[2:])
-    if isinstance(blocks, tuple):
-        if len(blocks) != len(sizes):
-            raise ShapeError(
-                f"block_size {blocks} has {len(blocks)} entries but the input has "
-                f"{len(sizes)} spatial dims (shape {tuple(x.shape)})"
-            )
-    else:
-        blocks = (blocks,) * len(sizes)
-    if 0 in sizes or view.shape[0] == 0 or view.shape[1] == 0:
-        return x
-    blocks = tuple(min(b, s) for b, s in zip(blocks, sizes))
-    b, c = view.shape[:2]
-    channels = 1 if shared_channels else c
-    if isinstance(p, torch.Tensor):
-        if kernel_ops.applies(view, rescale):
-            key = torch.randint(0, 2**32, (2,), dtype=torch.int64)
-            return restore(kernel_ops.block_drop(view, p, key, channels, list(blocks),
-                                                 rescale == "expected"))
-        return restore(_drop_block_traced(view, p, sizes, blocks, channels, rescale))
-    q = geometry.solve_keep(float(p), sizes, blocks)
-    gamma = 1.0 - q
-    if rescale == "expected":
-        scale = geometry.scale_map(q, sizes, blocks, view.device, torch.float32)
-    else:
-        scale = _ONE.get(view.device)
-    valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
-    n_seeds = b * channels * math.prod(valid)
-    if (rescale != "count" and gamma <= draws.SPARSE_MAX_GAMMA and KA.fused_applies(view)
-            and not torch.compiler.is_compiling()):
-        # The fused kernel draws the seeds from a key taken from torch's generator: one pass
-        # over x, and 16 bytes saved for the backward.
-        plan = _FusedPlan(scale, (channels, valid, blocks, cext.thresholds(gamma)), view)
-        _remember_plan(plan_key, x, plan)
-        return restore(plan(view))
-    if (rescale != "count" and draws.use_sparse(n_seeds, gamma, view.device)
-            and channels == c):
-        # Sparse seeds: O(p * numel) work besides one pass over x; nothing big saved.
-        seeds = draws.sparse_seeds(n_seeds, gamma)
-        out = KA.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds,
-                                       (channels, valid, blocks))
-        return restore(out)
-    keep = ~dense.block_dropped(b, channels, sizes, blocks, gamma, view.device)
-    if rescale == "expected":
-        scale = geometry.broadcast_scale(scale, tuple(keep.shape[2:]))
-    elif rescale == "count":
-        # The paper's normalization over the whole tensor (a mask broadcast over channels or
-        # whole axes has the same kept ratio).
-        scale = float(keep.numel()) / keep.sum(dtype=torch.float32).clamp(min=1.0)
-    return restore(KA.MaskMul.apply(view, keep, scale, None))
-
-
-_ONE = PerDevice(1.0)
-
-
-class _FusedPlan:
-    """What the fused kernel needs for one geometry and ``p``, decided once: applied to a
-    channels-first ``x`` (its own view), it draws a key and runs the kernel. ``meta``:
-    channels, valid seed grid, blocks, thresholds; the kernel's call is prepared for tensors
-    like ``like`` (the view it is made for; a repeated call's tensor has its shape, strides
-    and dtype)."""
-
-    def __init__(self, scale: torch.Tensor, meta: tuple[Any, ...], like: torch.Tensor) -> None:
-        self.scale = scale
-        self.meta = (*meta, cext.prepare(like, scale, meta[3], meta[2],
-                                         shared=meta[0] != like.shape[1]))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        key = cext.draw_key()
-        if not _compat.forward_ad_active() and (
-                not torch.is_grad_enabled()
-                or (not x.requires_grad and not _compat.functorch_active())):
-            # Nothing to differentiate (grad mode off, or an input that does not require a
-            # gradient and no torch.func transform): the kernel without the autograd Function
-            # around it (the same values: the Function's forward is this call). ``x`` fits the
-            # prepared call: it is the view the plan was made for, or a tensor of the same
-            # shape, strides and dtype (the plan's cache key).
-            call = self.meta[4]
-            if call is not None and KA.USE_CEXT:
-                k0, k1 = key.tolist()
-                out = call(x, k0, k1)
-                if out is not None:
-                    return out
-            return KA.hashed_block_drop(x, self.scale, key, *self.meta)
-        return KA.HashedBlockDrop.apply(x, self.scale, key, self.meta)
-
-
-#: The fused plan of each (shape, strides, dtype, device, p, block size, shared, rescale) met on
-#: the default layout by DropBlock, and of each ("dropout2d", shape, strides, dtype, device, p)
-#: by Dropout2d: a repeated call skips the layout checks and the geometry (what they decide
-#: depends on nothing else). Bounded: a schedule makes a new ``p`` per step.
-_FUSED_PLANS: dict[tuple[Any, ...], _FusedPlan] = {}
-_FUSED_PLANS_MAX = 256
-
-
-def _cached_plan(key: tuple[Any, ...]) -> _FusedPlan | None:
-    """The fused plan remembered under ``key``, unless ``torch.compile`` is tracing."""
-    plan = _FUSED_PLANS.get(key)
-    return None if plan is None or torch.compiler.is_compiling() else plan
-
-
-def _remember_plan(key: tuple[Any, ...] | None, x: torch.Tensor, plan: _FusedPlan) -> None:
-    """Remember ``plan`` under ``key`` (None: not cacheable) if the kernel applies to ``x`` as
-    given (what ``fused_applies`` said of its view, unpatched); bounded by clearing."""
-    if key is None or not cext.applies(x):
-        return
-    if len(_FUSED_PLANS) >= _FUSED_PLANS_MAX:
-        _FUSED_PLANS.clear()
-    _FUSED_PLANS[key] = plan
-
-
-def _drop_block_traced(view: torch.Tensor, p: torch.Tensor, sizes: tuple[int, ...],
-                       blocks: tuple[int, ...], channels: int, rescale: str) -> torch.Tensor:
-    """DropBlock with a 0-dim tensor ``p``: plain tensor ops, no host reads (torch.compile)."""
-    q = geometry.solve_keep_tensor(p, sizes, blocks).to(view.device)
-    gamma = (1.0 - q).to(torch.float32)
-    q = q.to(torch.float32)
-    dropped = dense.block_dropped(view.shape[0], channels, sizes, blocks, gamma,
-                                     view.device)
-    if rescale == "expected":
-        mult = torch.where(dropped, 0.0, torch.pow(q, -geometry.coverage_map(sizes, blocks,
-                                                                             view.device)))
-    else:
-        mult = (~dropped).to(torch.float32)
-        if rescale == "count":
-            kept = mult.sum(dtype=torch.float32).clamp(min=1.0)
-            mult = mult * (float(mult.numel()) / kept)
-    return view * mult.to(view.dtype)
+    return blockdrop.drop_block(x, p, blocks, shared_channels, layout, prefix_tokens, rescale)
 
 
 def dropout2d(
@@ -285,62 +137,7 @@ def dropout2d(
     p = _checks.tensor_or("p", p, _checks.probability)
     _layout.check_layout(layout)
     _layout.check_prefix(prefix_tokens)
-    return _dropout2d(x, p, layout, prefix_tokens) if training else x
-
-
-def _dropout2d(x: torch.Tensor, p: Number, layout: str | None,
-               prefix_tokens: int | None) -> torch.Tensor:
-    plan_key = None
-    if (not isinstance(p, torch.Tensor) and KA.USE_CEXT
-            and (layout is None or layout == "channels_first") and _dropout2d_fused(x)):
-        plan_key = ("dropout2d", x.shape, x.stride(), x.dtype, x.device, p)
-        plan = _cached_plan(plan_key)
-        if plan is not None:
-            return plan(x)
-    view, restore = _layout.to_channels_first(x, layout, (0, 1, 2, 3), "dropout2d",
-                                              prefix_tokens)
-    if _is_zero(p):
-        return x
-    if (not isinstance(p, torch.Tensor) and _dropout2d_fused(view)
-            and KA.fused_applies(view) and not torch.compiler.is_compiling()):
-        # The DropBlock kernel with the whole map as the block: one seed per map, drawn with
-        # probability p, drops the map; one pass over x (a broadcast multiply by a (B, C, 1, 1)
-        # mask is slow on small maps), 16 bytes and the scale saved for the backward.
-        sizes = tuple(view.shape[2:])
-        scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
-        meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
-        plan = _FusedPlan(scale, meta, view)
-        _remember_plan(plan_key, x, plan)
-        return restore(plan(view))
-    shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
-    return restore(view * _keep_mult(view, shape, p, True))
-
-
-#: From this many elements, Dropout2d runs on the fused kernel (below, the fixed cost of its
-#: key and autograd Function is more than a broadcast multiply costs) ...
-FUSED_MIN_NUMEL = 65536
-#: ... on maps of fewer than this many elements (on larger maps torch's broadcast multiply
-#: runs at the speed of ``x * x`` and the kernel's bit work would only add to it).
-FUSED_MAX_MAP = 256
-
-
-def _dropout2d_fused(x: torch.Tensor) -> bool:
-    """Whether Dropout2d of channels-first ``x`` runs on the fused kernel (by its size and its
-    maps' size; the kernel's own conditions are :func:`~._kernels.autograd.fused_applies`)."""
-    return (x.dim() >= 3 and x.numel() >= FUSED_MIN_NUMEL
-            and x.numel() < FUSED_MAX_MAP * x.shape[0] * x.shape[1])
-
-
-def _keep_mult(x: torch.Tensor, shape: tuple[int, ...], p: Number,
-               scale_by_keep: bool) -> torch.Tensor:
-    """A multiplier of ``shape`` in ``x``'s dtype: 0 with probability ``p``, else
-    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p``: two small torch calls
-    (:func:`~._kernels.draws.keep_mult`)."""
-    if isinstance(p, torch.Tensor):
-        dropped = draws.bernoulli(shape, p, x.device)
-        mult = torch.where(dropped, 0.0, _keep_scale(p) if scale_by_keep else 1.0)
-        return mult.to(x.dtype)
-    return draws.keep_mult(shape, p, scale_by_keep, x.dtype, x.device)
+    return blockdrop.dropout2d(x, p, layout, prefix_tokens) if training else x
 
 
 def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tensor:
@@ -348,22 +145,7 @@ def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tenso
     ``1 / (1 - p)``. Any shape."""
     _checks.tensor("x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
-    return _dropout(x, p) if training else x
-
-
-def _dropout(x: torch.Tensor, p: Number) -> torch.Tensor:
-    if _is_zero(p):
-        return x
-    if isinstance(p, torch.Tensor):
-        keep = torch.rand_like(x, dtype=torch.float32) >= p
-        return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
-    if draws.use_sparse(x.numel(), p, x.device):
-        keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
-        scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
-        return KA.MaskMul.apply(x, keep, scale, None)
-    # torch's own dropout, one call: it saves a boolean mask for the backward (1 byte per
-    # element), which is differentiable again and has a forward-mode derivative.
-    return torch.native_dropout(x, p, True)[0]
+    return masks.dropout(x, p) if training else x
 
 
 def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
@@ -376,16 +158,7 @@ def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
     """
     _checks.tensor("x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
-    return _drop_path(x, p, scale_by_keep) if training else x
-
-
-def _drop_path(x: torch.Tensor, p: Number, scale_by_keep: bool) -> torch.Tensor:
-    if x.dim() == 0:
-        raise ShapeError("drop_path needs a batch dimension, got a 0-dim tensor")
-    if _is_zero(p):
-        return x
-    shape = (x.shape[0],) + (1,) * (x.dim() - 1)
-    return x * _keep_mult(x, shape, p, scale_by_keep)
+    return masks.drop_path(x, p, scale_by_keep) if training else x
 
 
 def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False,
@@ -396,25 +169,7 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
     """
     _checks.tensor("x", x)
     std = _checks.tensor_or("std", std, _checks.non_negative)
-    return _gaussian_noise(x, std, multiplicative) if training else x
-
-
-def _gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch.Tensor:
-    if _is_zero(std):
-        return x
-    if (not isinstance(std, torch.Tensor) and KA.noise_applies(x)
-            and not torch.compiler.is_compiling()):
-        # The kernel draws the noise from a key taken from torch's generator: one pass.
-        key = cext.draw_key()
-        return KA.GaussianNoise.apply(x, key, key, (float(std), multiplicative, x.stride()))
-    if isinstance(std, torch.Tensor):
-        noise = torch.randn_like(x) * std.to(x.dtype)
-        return x * (1.0 + noise) if multiplicative else x + noise
-    # x + std * z, x * (1 + std * z) = x + std * x * z: one op after the draw (a Python scalar
-    # operand of its own would cost a tensor wrap per call)
-    if multiplicative:
-        return torch.addcmul(x, x, torch.randn_like(x), value=std)
-    return torch.add(x, torch.randn_like(x), alpha=std)
+    return noise.gaussian_noise(x, std, multiplicative) if training else x
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -638,7 +393,7 @@ def _patchup(x: torch.Tensor, p: float, index: torch.Tensor, blocks: int | tuple
     view, restore = (x.unsqueeze(1), _squeeze1) if x.dim() == 2 else _layout.to_channels_first(
         x, layout or "channels_first", (1, 2, 3), "patchup")
     ones = torch.ones((view.shape[0], 1, *view.shape[2:]), device=x.device)
-    patched = _drop_block(ones, p, blocks, True, "channels_first", None, "none") == 0
+    patched = blockdrop.drop_block(ones, p, blocks, True, "channels_first", None, "none") == 0
     mixed = view[index] if lam == 0.0 else view * lam + view[index] * (1.0 - lam)
     out = torch.where(patched, mixed, view)
     weight = 1.0 - (1.0 - lam) * patched.sum(dtype=torch.float32) / patched.numel()

@@ -1,185 +1,26 @@
-"""The attachment API: select, attach, detach, handles, summary, and observe (for
-:mod:`plugdrop.observe`)."""
+"""The attachment API: :func:`attach`, :func:`detach`, :func:`is_attached` and :func:`handles`
+(selection, summaries and observers are in :mod:`.selecting`, :mod:`.summary` and
+:mod:`.observing`)."""
 
 from __future__ import annotations
-
-import re
-import warnings
-from typing import Any, NamedTuple
 
 import torch.nn as nn
 
 from .. import _selection
 from .._selection import Selector
-from .._table import format_table
-from ..errors import AttachError, SelectorError
-from ..transforms import (
-    CoordinatedTransform,
-    DropPath,
-    ForwardTransform,
-    GradientTransform,
-    Transform,
-)
-from . import _registry, _residual
+from ..errors import AttachError
+from ..transforms import CoordinatedTransform, GradientTransform, Transform
+from ..transforms.registry import catalog, names
+from . import _registry
 from ._hooks import BeginHook, InputHook, OutputHook
 from ._params import ParamsHook
 from ._registry import Registered
 from .handle import Handle, MixupHandle
-from .observer import Observer
+from .selecting import AttachSite, resolve
 
-__all__ = ["attach", "detach", "handles", "select", "summary", "observe", "forward_transforms",
-           "residual_branches", "known_residual_branches", "Summary", "SummaryRow", "ObserverHandle",
-           "NotResidualWarning"]
-
-
-def known_residual_branches(model: nn.Module) -> list[str] | None:
-    """The branches :func:`residual_branches` found for ``model`` (``None``: not analysed)."""
-    return _residual.known(_bare(model))
-
-
-def _bare(model: nn.Module) -> nn.Module:
-    """The model inside its wrappers (DDP, torch.compile...)."""
-    return next(e.module for e in _selection.walk(model) if not e.wrapper)
-
-
-class NotResidualWarning(UserWarning):
-    """DropPath attached to a module that is not a residual branch: it then drops the whole
-    sample's features instead of skipping a block."""
-
-
-def residual_branches(model: nn.Module, example_input: Any = None) -> list[str]:
-    """The modules of ``model`` whose output is added to a shortcut: where DropPath belongs.
-
-    Runs ``model`` once on ``example_input`` (in eval mode, the training flags restored
-    after; a tuple is passed as positional inputs, a dict as keyword inputs) and watches every
-    tensor addition: ``a + b`` inside a module ``S`` is a residual connection when one operand
-    was returned by a module inside ``S`` and the other is an autograd ancestor of it (an
-    identity shortcut, ``x + f(x)``) or the output of a module of ``S`` whose input is (a
-    projection shortcut, ``downsample(x) + f(x)``). The branch is the outermost module inside
-    ``S`` that returned the added tensor: ``blocks.3.drop_path1`` in a timm ViT, ``layer1.0.bn2``
-    in a torchvision ResNet, ``mlp`` in ``x + self.mlp(x)``. Works on any model the example
-    input runs through, control flow included (nothing is symbolically traced). Without an
-    example input the model is traced symbolically with ``torch.fx`` instead (the same rule on
-    the graph; it fails on data-dependent control flow, naming the module).
-
-    The result is remembered for ``model``: afterwards the selector ``"residual:"`` (all
-    branches) or ``"residual:<glob>"`` (the branches matching the glob) works in
-    :func:`attach`, :func:`select` and ``exclude`` (``"residual:layer3.*"``: the branches
-    inside the modules the glob names, or named by it), and attaching :class:`DropPath` elsewhere
-    warns (:class:`NotResidualWarning`).
-
-    Args:
-        model: any ``nn.Module`` (wrappers seen through: names are the bare model's).
-        example_input: one input batch (a small one is enough: shapes only need to be valid);
-            ``None``: trace with torch.fx.
-
-    Returns:
-        Module names in ``named_modules()`` order.
-
-    Raises:
-        AttachError: the model failed on the example input (or torch.fx could not trace it);
-            the message names the module that was running and the error.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"residual_branches() needs a torch.nn.Module, got "
-                        f"{type(model).__name__}")
-    if example_input is None:
-        return _residual.find_symbolic(_bare(model))
-    return _residual.find(_bare(model), example_input)
-
-
-class _ResidualSelector:
-    """The selector ``"residual:<glob>"``: residual branches found for the model."""
-
-    def __init__(self, text: str, branches: list[str]) -> None:
-        self.text = text
-        glob = text[len("residual:"):]
-        rx = re.compile(_selection.glob_to_regex(glob)) if glob else None
-        self.names = {n for n in branches if rx is None or any(
-            rx.fullmatch(".".join(n.split(".")[:k])) for k in range(1, n.count(".") + 2))}
-
-    def __call__(self, name: str, module: nn.Module) -> bool:
-        return name in self.names
-
-    def __repr__(self) -> str:
-        return repr(self.text)
-
-
-def _expand(model: nn.Module, selector: Selector) -> Selector:
-    """Turn ``"residual:..."`` strings into selectors of the branches found for ``model``."""
-    if isinstance(selector, str) and selector.startswith("residual:"):
-        found = _residual.known(_bare(model))
-        if found is None:
-            try:
-                found = _residual.find_symbolic(_bare(model))
-            except AttachError as e:
-                raise SelectorError(
-                    f"selector {selector!r} needs the residual branches of the model: {e}"
-                ) from None
-        return _ResidualSelector(selector, found)
-    if isinstance(selector, (list, set, frozenset)):
-        return [_expand(model, s) for s in selector]
-    return selector
-
-
-def _resolve(model: nn.Module, selector: Selector, exclude: Selector | None
-             ) -> list[tuple[str, nn.Module]]:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    return _selection.resolve(model, _expand(model, selector),
-                              None if exclude is None else _expand(model, exclude))
-
-
-def _check_residual(model: nn.Module, transform: Transform, layers: list[str]) -> None:
-    """Warn when DropPath goes on modules that are not residual branches (when known)."""
-    if not isinstance(transform, DropPath):
-        return
-    found = _residual.known(_bare(model))
-    if found is None:
-        found = _residual.try_symbolic(_bare(model))
-    if not found:
-        return
-    wrong = [n for n in layers if not _residual.equivalent(_bare(model), n)]
-    if not wrong:
-        return
-    first = wrong[0]
-    near = [b for b in found if b.startswith(first + ".")] or [
-        b for b in found if b.rsplit(".", 1)[0] == first.rsplit(".", 1)[0]] or found
-    warnings.warn(
-        f"DropPath attached to {len(wrong)} module(s) that are not residual branches: "
-        f"{', '.join(map(repr, wrong[:6]))}{' ...' if len(wrong) > 6 else ''}. There it drops "
-        f"the whole sample's features; the residual branches are e.g. "
-        f"{', '.join(map(repr, near[:4]))} (selector 'residual:', see "
-        f"plugdrop.residual_branches)", NotResidualWarning, stacklevel=3)
+__all__ = ["attach", "detach", "handles", "is_attached"]
 
 _WHERE = ("output", "input", "params")
-
-
-def select(model: nn.Module, selector: Selector, *, exclude: Selector | None = None
-           ) -> list[str]:
-    """The names of the modules ``selector`` picks: a dry run of :func:`attach`.
-
-    Args:
-        model: any ``nn.Module``; wrappers (DDP, ``torch.compile``, checkpoint, FSDP) are seen
-            through, so names are those of the bare model.
-        selector: a glob over qualified module names (``"layer3.*"``: ``*`` matches within one
-            dotted segment, ``**`` any number of segments, zero included; ``?`` and ``[...]``
-            as in fnmatch; ``""`` is the root), a ``"re:"`` regular expression (full match), an
-            ``nn.Module`` type or tuple of types, a module object of the model
-            (``model.layer3``), a predicate ``(name, module) -> bool``, ``"residual:"`` /
-            ``"residual:<glob>"`` (see :func:`residual_branches`), or a list of these (union).
-        exclude: the same forms; matching modules are removed from the selection. Each
-            must match some module (a typo raises instead of excluding nothing).
-
-    Returns:
-        Names in ``named_modules()`` order, without duplicates.
-
-    Raises:
-        SelectorError: a selector (or any element of a list) matches nothing; the message names
-            the closest existing names.
-        TypeError: ``model`` is not a module, or a selector is of an unsupported type.
-    """
-    return [name for name, _ in _resolve(model, selector, exclude)]
 
 
 def attach(model: nn.Module, selector: Selector, transform: Transform, *,
@@ -190,11 +31,10 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
     Args:
         model: any ``nn.Module`` (wrapped by DDP or ``torch.compile`` or not).
         selector: which modules; see :func:`select`.
-        transform: a forward transform (:class:`DropBlock`, :class:`Dropout2d`,
-            :class:`Dropout`, :class:`DropPath`, :class:`GaussianNoise`) or a gradient
-            transform (:class:`ClipGradValue`, :class:`ClipGradNorm`, :class:`ScaleGrad`,
-            :class:`GradNoise`). One transform object serves one attachment; its schedules are
-            shared by all the selected layers.
+        transform: a forward transform ({forward}), a gradient transform ({gradient}) or a
+            coordinated one ({coordinated}; a :class:`MixupHandle` is returned). One
+            transform object serves one attachment; its schedules are shared by all the
+            selected layers.
         exclude: modules to leave out; same forms as ``selector``.
         where: ``"output"`` (default): what the module returns; ``"input"``: its first
             positional input; ``"params"`` (gradient transforms only): the gradients of the
@@ -240,9 +80,9 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
     if where == "params":
         if not isinstance(transform, GradientTransform):
             raise AttachError(
-                f"where='params' takes a gradient transform (ClipGradNorm, ClipGradValue, "
-                f"ScaleGrad, GradNoise); {type(transform).__name__} acts on activations: use "
-                f"where='output' or 'input'"
+                f"where='params' takes a gradient transform ({names('gradient')}); "
+                f"{type(transform).__name__} acts on activations: use where='output' or "
+                f"'input'"
             )
         if element is not None:
             raise AttachError("element= does not apply to where='params'")
@@ -254,16 +94,14 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             f"this {type(transform).__name__} object is already attached; every attach needs "
             f"its own transform object (or select all layers in one attach with a list)"
         )
-    selected = _resolve(model, selector, exclude)
-    if isinstance(transform, ForwardTransform) and where == "output":
-        for name, module in selected:
-            transform._check_layer(name, module, _bare(model))
+    selected = resolve(model, selector, exclude)
+    transform._check_layers(selected, AttachSite(model, where))
 
     param_sets: list[list[str]] = []
     if where == "params":
         # parameters of excluded modules stay untouched, even under a selected ancestor
         seen: set[int] = set() if exclude is None else {
-            id(p) for _, m in _resolve(model, exclude, None) for p in m.parameters()}
+            id(p) for _, m in resolve(model, exclude, None) for p in m.parameters()}
         for name, module in selected:
             owned = []
             for pname, p in module.named_parameters():
@@ -277,7 +115,6 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
                 )
             param_sets.append(owned)
 
-    _check_residual(model, transform, [n for n, _ in selected])
     coordinated = isinstance(transform, CoordinatedTransform)
     if coordinated and where != "output":
         raise AttachError(f"{type(transform).__name__} mixes layer outputs (and the model input "
@@ -314,21 +151,83 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
     return cls(transform, where, [n for n, _ in selected], hooks)
 
 
-def detach(model: nn.Module) -> int:
-    """Remove everything plugdrop attached to ``model``: transforms and observers (given a
-    copy, the copy's own). Returns the number of hooks removed; handles of removed attachments
-    become inert.
+def _classes(kind: str) -> str:
+    return ", ".join(f":class:`{n}`" for n in catalog(kind)
+                     if kind != "forward" or n not in catalog("coordinated"))
+
+
+# The lists of transforms in the docstring come from the catalog, never written by hand.
+attach.__doc__ = (attach.__doc__ or "").replace("{forward}", _classes("forward")).replace(
+    "{gradient}", _classes("gradient")).replace("{coordinated}", _classes("coordinated"))
+
+
+def detach(model: nn.Module, selector: Selector | None = None, *,
+           exclude: Selector | None = None) -> int:
+    """Remove what plugdrop attached to ``model``: transforms and observers (given a copy,
+    the copy's own).
+
+    Args:
+        model: any ``nn.Module`` (wrappers seen through).
+        selector: only what hangs on the modules it picks (see :func:`select`); default
+            ``None``: everything. An attachment that spans more layers keeps the others (its
+            handle then acts there only); a coordinated transform
+            (:class:`ManifoldMixup`, :class:`PatchUp`) whose layers are all removed loses its
+            begin hook on the root too.
+        exclude: modules to leave alone, in the forms of ``selector``.
+
+    Returns:
+        The number of hooks removed. Handles of attachments removed whole become inert, and
+        their transforms may be attached again.
+
+    Raises:
+        TypeError: ``model`` is not a module.
+        SelectorError: ``selector`` or ``exclude`` matches nothing.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"detach() needs a torch.nn.Module, got {type(model).__name__}")
-    count = 0
+    if selector is None and exclude is not None:
+        selector = "**"
+    picked = None if selector is None else {
+        id(m) for _, m in resolve(model, selector, exclude)}
+    removed: list[object] = []
+    for module in _selection.iter_modules(model):
+        if picked is not None and id(module) not in picked:
+            continue
+        for _, hook in list(_registry.iter_hooks(module)):
+            if picked is not None and isinstance(hook, BeginHook):
+                continue  # the root's begin hook goes with the transform's last layer
+            if _registry.remove(Registered(module, hook, None)):
+                removed.append(hook.target)
+    # what still hangs: a coordinated transform's begin hook without any layer goes too
+    on_layers = {id(h.target) for _, _, h in _registry.scan(model) if not isinstance(h, BeginHook)}
     for module in _selection.iter_modules(model):
         for _, hook in list(_registry.iter_hooks(module)):
-            _registry.mark_detached(hook.target)
-            count += _registry.remove(Registered(module, hook, None))
-    if count:
+            if isinstance(hook, BeginHook) and id(hook.target) not in on_layers:
+                if _registry.remove(Registered(module, hook, None)):
+                    removed.append(hook.target)
+    for target in removed:
+        if id(target) not in on_layers:
+            _registry.mark_detached(target)
+    if removed:
         _registry.invalidate_compiled()
-    return count
+    return len(removed)
+
+
+def is_attached(model: nn.Module, name: str | None = None) -> bool:
+    """Whether anything plugdrop attached (a transform or an observer) hangs on ``model``, or,
+    given ``name``, on that module (a qualified name as :func:`select` gives it; wrappers seen
+    through).
+
+    Raises:
+        TypeError: ``model`` is not a module.
+        SelectorError: no module is called ``name`` (the message names the closest).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"is_attached() needs a torch.nn.Module, got {type(model).__name__}")
+    if name is None:
+        return any(True for _ in _registry.scan(model))
+    picked = {id(m) for _, m in resolve(model, name, None)}
+    return any(id(m) in picked for _, m, _ in _registry.scan(model))
 
 
 def handles(model: nn.Module) -> list[Handle]:
@@ -357,115 +256,4 @@ def handles(model: nn.Module) -> list[Handle]:
         where = "output" if isinstance(t, CoordinatedTransform) else wheres[0]
         cls = MixupHandle if isinstance(t, CoordinatedTransform) else Handle
         out.append(cls(t, where, layers, hooks))
-    return out
-
-
-class SummaryRow(NamedTuple):
-    """One (layer, transform or observer) of :func:`summary`."""
-
-    layer: str
-    transform: str
-    where: str
-    values: dict[str, float]
-    step: int
-    kind: str = "transform"  #: "transform" or "observer"
-    calls: int = 0  #: times the transform ran at this layer (training forwards / backwards)
-
-
-class Summary(list):
-    """The attachments of a model: a list of :class:`SummaryRow` that prints as a table."""
-
-    def __str__(self) -> str:
-        if not self:
-            return "(no plugdrop attachments)"
-        header = ("layer", "transform", "where", "step", "calls", "current values")
-        rows = [(r.layer or "(root)", r.transform, r.where,
-                 str(r.step) if r.kind == "transform" else "-",
-                 str(r.calls) if r.kind == "transform" else "-",
-                 ", ".join(f"{k}={v:.6g}" for k, v in r.values.items())
-                 if r.kind == "transform" else "(observer)") for r in self]
-        return format_table(header, rows, rule=True)
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def summary(model: nn.Module) -> Summary:
-    """The plugdrop attachments of ``model``: one row per (layer, transform), in module order,
-    with the current value of each numeric setting at that layer (per-layer settings, see
-    :func:`plugdrop.by_depth`, show each layer's own) and the number of times the transform ran
-    there (``calls``: training forwards for forward transforms, forwards under autograd for
-    gradient transforms), and one per (layer, observer) for the
-    observers of :mod:`plugdrop.observe`. ``print(summary(model))`` shows a table.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"summary() needs a torch.nn.Module, got {type(model).__name__}")
-    out = Summary()
-    for name, _, hook in _registry.scan(model):
-        t = hook.target
-        if isinstance(hook, BeginHook):
-            continue
-        if isinstance(t, Transform):
-            out.append(SummaryRow(name, repr(t), hook.where, t.values(name), t.step_count,
-                                  calls=hook.count()))
-        else:
-            out.append(SummaryRow(name, repr(t), hook.where, {}, 0, "observer"))
-    return out
-
-
-def observe(model: nn.Module, selector: Selector, observer: Observer, *,
-            exclude: Selector | None = None, where: str = "output",
-            element: int | str | None = None, prepend: bool = False) -> ObserverHandle:
-    """Hang ``observer`` on the selected modules (``where`` = "output" or "input"); the
-    returned handle's ``remove()`` takes it off. ``prepend`` places it before the module's
-    other hooks (it then sees an output before any transform acts on it).
-
-    Raises:
-        AttachError: a ``where`` other than "output" or "input".
-        SelectorError: a selector matches nothing.
-    """
-    if where not in ("output", "input"):
-        raise AttachError(f"observers watch where='output' or 'input', got {where!r}")
-    hooks: list[Registered] = []
-    for name, module in _resolve(model, selector, exclude):
-        if where == "input":
-            pre = InputHook(observer, name, element)
-            hooks.append(Registered(module, pre, module.register_forward_pre_hook(
-                pre, with_kwargs=True, prepend=prepend)))
-        else:
-            post = OutputHook(observer, name, element)
-            hooks.append(Registered(module, post, module.register_forward_hook(
-                post, prepend=prepend)))
-    _registry.invalidate_compiled()
-    return ObserverHandle(observer, where, [r.hook.name for r in hooks], hooks)
-
-
-class ObserverHandle:
-    """What :func:`observe` returns: the layers an observer hangs on, and its removal. Not a
-    :class:`Handle`: an observer has no schedule to step, bind or save."""
-
-    def __init__(self, observer: Observer, where: str, layers: list[str],
-                 hooks: list[Registered]):
-        self.observer, self.where, self.layers = observer, where, layers
-        self._hooks = hooks
-
-    def remove(self) -> None:
-        """Take the observer off every layer. Idempotent."""
-        if sum(_registry.remove(r) for r in self._hooks):
-            _registry.invalidate_compiled()
-        self._hooks = []
-
-    def __enter__(self) -> ObserverHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
-
-
-def forward_transforms(model: nn.Module) -> dict[str, list[ForwardTransform]]:
-    """Canonical layer name -> the forward transforms attached to its output."""
-    out: dict[str, list[ForwardTransform]] = {}
-    for name, _, hook in _registry.scan(model):
-        if isinstance(hook, OutputHook) and isinstance(hook.target, ForwardTransform):
-            out.setdefault(name, []).append(hook.target)
     return out

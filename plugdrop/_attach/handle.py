@@ -5,7 +5,7 @@ attachment (in the spirit of ``torch.utils.hooks.RemovableHandle`` and
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -16,7 +16,7 @@ from ..transforms import CoordinatedTransform, Transform
 from . import _registry
 from ._registry import Registered
 
-__all__ = ["Handle", "MixupHandle", "NeverFiredWarning"]
+__all__ = ["Handle", "MixupHandle", "NeverFiredWarning", "mixed_loss"]
 
 #: Optimizer steps after which a bound handle checks that every layer's hook ran.
 CHECK_AFTER_STEPS = 3
@@ -210,3 +210,44 @@ class MixupHandle(Handle):
             return criterion(logits, target)
         lam, index = last["lam"], last["index"].to(target.device)
         return lam * criterion(logits, target) + (1.0 - lam) * criterion(logits, target[index])
+
+
+def mixed_loss(handles: Iterable[Handle], criterion: Any, logits: torch.Tensor,
+               target: torch.Tensor) -> torch.Tensor:
+    """The loss of the last training forward with the targets mixed as every coordinated
+    transform among ``handles`` (:class:`ManifoldMixup`, :class:`PatchUp`, any
+    :class:`~plugdrop.transforms.CoordinatedTransform`) mixed the features.
+
+    A forward that mixed nothing gives ``criterion(logits, target)``; one mix (weight ``lam``,
+    permutation ``index``) gives ``lam * criterion(logits, target) + (1 - lam) *
+    criterion(logits, target[index])``, as :meth:`MixupHandle.loss`. Several mixes in one
+    forward (a ManifoldMixup and a PatchUp on one model) nest in the order they happened: each
+    splits every term ``w * criterion(logits, target[j])`` into ``w * lam`` of it and
+    ``w * (1 - lam)`` of ``target[j[index]]``, which is the loss of the mixed soft targets for
+    any criterion linear in its target (cross-entropy, with label smoothing too).
+
+    Args:
+        handles: the handles of the model's attachments (others than mixing ones are ignored),
+            e.g. those :func:`attach` returned, or :func:`handles` of a copy.
+        criterion: ``criterion(logits, target) -> loss``.
+        logits, target: the model's output for the batch, and its targets (class indices or
+            soft targets).
+    """
+    mixes = sorted((h.transform.last for h in handles
+                    if isinstance(h.transform, CoordinatedTransform)
+                    and h.transform.last is not None), key=lambda m: m.get("order", 0))
+    if not mixes:
+        return criterion(logits, target)
+    if len(mixes) == 1:
+        lam, index = mixes[0]["lam"], mixes[0]["index"].to(target.device)
+        return lam * criterion(logits, target) + (1.0 - lam) * criterion(logits, target[index])
+    terms: list[tuple[Any, torch.Tensor | None]] = [(1.0, None)]
+    for m in mixes:
+        lam, index = m["lam"], m["index"].to(target.device)
+        terms = [t for w, j in terms
+                 for t in ((w * lam, j), (w * (1.0 - lam), index if j is None else j[index]))]
+    parts = [w * criterion(logits, target if j is None else target[j]) for w, j in terms]
+    loss = parts[0]
+    for part in parts[1:]:
+        loss = loss + part
+    return loss

@@ -120,3 +120,25 @@ def keep_mult_from(ones: torch.Tensor, p: float, scale_by_keep: bool, dtype: tor
             scale = _cached((p, dtype, device), 1.0 / (1.0 - p), ())
         mult.mul_(scale)
     return mult
+
+
+def remember_ones(cache: dict[tuple[object, ...], torch.Tensor], key: tuple[object, ...],
+                  shape: tuple[int, ...]) -> None:
+    """Store in ``cache`` under ``key`` (whose 2nd and 3rd items are the dtype and device) the
+    tensor of ones a mask of ``shape`` is drawn from: the hooks' record of shapes already
+    checked. Bounded by clearing."""
+    if len(cache) >= 256:
+        cache.clear()
+    cache[key] = ones(shape, key[1], key[2])  # type: ignore[arg-type]
+
+
+def keep_multiplier(x: torch.Tensor, shape: tuple[int, ...], p: float | torch.Tensor,
+                    scale_by_keep: bool) -> torch.Tensor:
+    """A multiplier of ``shape`` in ``x``'s dtype: 0 with probability ``p``, else
+    ``1 / (1 - p)`` (or 1 without ``scale_by_keep``). A float ``p``: two small torch calls
+    (:func:`keep_mult`); a 0-dim tensor ``p`` (``torch.compile``): plain tensor ops."""
+    if isinstance(p, torch.Tensor):
+        dropped = bernoulli(shape, p, x.device)
+        mult = torch.where(dropped, 0.0, 1.0 / (1.0 - p) if scale_by_keep else 1.0)
+        return mult.to(x.dtype)
+    return keep_mult(shape, p, scale_by_keep, x.dtype, x.device)

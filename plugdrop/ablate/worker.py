@@ -1,4 +1,4 @@
-"""Train exactly one run of a prepared ablation folder: what each launcher job executes.
+"""Train exactly one run of a prepared ablation folder: what each launcher's job executes.
 
 ::
 
@@ -6,11 +6,9 @@
     torchrun --standalone --nproc_per_node 4 -m plugdrop.ablate.worker OUT RUN_ID
 
 ``plugdrop ablate`` (any launcher, any shard) writes ``OUT/ablation.json`` and the validated
-config next to it (``OUT/.config.pkl``); a worker reads them, takes the run's lock (a second
-worker for the same run exits at once), resumes from the run's last epoch checkpoint when there
-is one, and writes the run folder exactly as the local runner does. Every start is recorded in
-``runs/<id>/attempts.jsonl`` (``{"attempt", "start_epoch", "launcher", "host", "pid",
-"started"}``), so a requeued or retried run shows where it resumed.
+config next to it (``OUT/.config.pkl``); a worker reads them and executes the run
+(:func:`plugdrop.ablate.execute.execute`: its lock, ``attempts.jsonl``, the resume from its last
+checkpoint), writing the run folder exactly as the local launcher does.
 
 Exit status: 0 finished (or finished already), 1 failed, 2 a mistake (one line), 75 another
 process trains this run now, 128 + signal when SIGINT / SIGTERM stopped it.
@@ -22,10 +20,8 @@ import argparse
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import torch
@@ -33,11 +29,14 @@ import torch
 from . import runs
 from .config import AblationConfig
 from .errors import ConfigError
+from .execute import BUSY, FAILED, FINISHED, STOPPED, execute, load_data
+from .progress import Progress
+from .train import StopFlag, Stopped, agree, resolve_device, setup_distributed
+
+__all__ = ["BUSY", "CONFIG_FILE", "FAILED", "FINISHED", "STOPPED", "find_run", "job_command",
+           "load_config", "main", "run_job", "run_one", "save_config"]
 
 CONFIG_FILE = ".config.pkl"
-
-#: :func:`run_one`'s results.
-FINISHED, FAILED, BUSY, STOPPED = "finished", "failed", "busy", "stopped"
 
 _EXIT = {FINISHED: 0, FAILED: 1, BUSY: 75}
 
@@ -75,29 +74,6 @@ def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
                       f"{', ...' if len(cfg.runs()) > 6 else ''})")
 
 
-def checkpoint_epoch(rd: runs.RunDir) -> int:
-    """The last epoch in the run's checkpoint (0 when there is none)."""
-    if not rd.checkpoint.exists():
-        return 0
-    try:
-        state = torch.load(rd.checkpoint, map_location="cpu", weights_only=False)
-        return int(state.get("epoch", 0))
-    except Exception:  # a damaged checkpoint: the trainer will report it
-        return 0
-
-
-def _record_attempt(rd: runs.RunDir, start_epoch: int, launcher: str) -> None:
-    path = rd.path / "attempts.jsonl"
-    n = len(path.read_text().splitlines()) if path.exists() else 0
-    rec = {"attempt": n + 1, "start_epoch": start_epoch, "launcher": launcher,
-           "host": socket.gethostname(), "pid": os.getpid(), "started": runs.now()}
-    rd.path.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(rec) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
             handle_signals: bool = True) -> str:
     """Train (or resume) one run of the ablation in ``out`` in this process (or, under
@@ -115,58 +91,47 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
         ``"finished"``, ``"failed"``, ``"busy"`` (another process trains it) or ``"stopped"``.
 
     Raises:
-        ConfigError: a user mistake (no such folder or run, data missing on this machine).
+        ConfigError: a user mistake (no such folder or run, data missing on this machine);
+            recorded in the run's ``failed.json`` when the run was reached.
     """
-    from .progress import Progress
-    from .runner import _current_epoch, agree, load_data, on_rank0, train_run, workers_for
-    from .train import StopFlag, Stopped, resolve_device, setup_distributed
-
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)
     cfg = load_config(out)
     rd = find_run(cfg, out, run_id)
     d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
-    lock = runs.RunLock(rd)
-
-    def claim() -> str:
-        if rd.status == "finished":
-            return FINISHED
-        if not lock.try_acquire():
-            return BUSY
-        if rd.status == "finished":
-            lock.release()
-            return FINISHED
-        _record_attempt(rd, checkpoint_epoch(rd) + 1, launcher)
-        return "go"
-
-    state = on_rank0(d, claim)
-    if state != "go":
-        return state
     stop = StopFlag()
     if handle_signals:
         stop.install()
     try:
-        data = agree(d, lambda: load_data(cfg))
-        train_run(cfg, rd, data, d, workers_for(cfg, data), True, stop,
-                  Progress(1, d.main, tty=False))
-        return FINISHED
+        result = execute(cfg, rd, d, lambda: agree(d, lambda: load_data(cfg)), stop=stop,
+                         progress=Progress(1, d.main, tty=False), launcher=launcher)
     except Stopped:
         return STOPPED
     except ConfigError as e:  # e.g. the data is not readable on this node: the driver shows it
         if d.main:
-            rd.failed(e, _current_epoch(rd), "")
+            rd.failed(e, rd.current_epoch(), "")
         raise
-    except Exception as e:  # recorded like the local runner does
-        if d.main:
-            rd.failed(e, _current_epoch(rd), traceback.format_exc())
-        print(f"plugdrop worker: run {run_id} failed: {type(e).__name__}: "
-              f"{' '.join(str(e).split())[:300]}", file=sys.stderr, flush=True)
-        return FAILED
     finally:
         stop.restore()
-        if d.main:
-            lock.release()
+    if result.status == FAILED:
+        print(f"plugdrop worker: run {run_id} failed: {result.error}", file=sys.stderr,
+              flush=True)
+    return result.status
+
+
+def job_command(out: Path, run_id: str, *, nproc: int, launcher: str,
+                threads: int | None) -> list[str]:
+    """The command that trains run ``run_id`` in its own process(es): this module, under
+    torchrun with ``nproc`` processes when the run is itself data-parallel."""
+    if nproc <= 1:
+        cmd = [sys.executable, "-m", "plugdrop.ablate.worker", str(out), run_id,
+               "--launcher", launcher]
+        return cmd + (["--threads", str(threads)] if threads else [])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", "-m", "plugdrop.ablate.worker", str(out), run_id,
+           "--launcher", launcher]
+    return cmd + (["--threads", str(max(1, threads // nproc))] if threads else [])
 
 
 def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
@@ -176,17 +141,18 @@ def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
     if nproc <= 1:
         return run_one(out, run_id, launcher=launcher, threads=threads,
                        handle_signals=handle_signals)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", "-m", "plugdrop.ablate.worker", str(out), run_id,
-           "--launcher", launcher]
-    if threads:
-        cmd += ["--threads", str(max(1, threads // nproc))]
-    proc = subprocess.run(cmd, check=False)
-    cfg = load_config(Path(out))
-    status = find_run(cfg, Path(out), run_id).status
+    proc = subprocess.run(job_command(Path(out), run_id, nproc=nproc, launcher=launcher,
+                                      threads=threads), check=False)
+    return status_after(Path(out), run_id, proc.returncode)
+
+
+def status_after(out: Path, run_id: str, returncode: int) -> str:
+    """A run's status after a worker process exited with ``returncode``: what its folder says
+    when it finished or failed, else busy (exit 75) or stopped."""
+    status = find_run(load_config(out), out, run_id).status
     if status in (FINISHED, FAILED):
         return status
-    return BUSY if proc.returncode == 75 else STOPPED
+    return BUSY if returncode == 75 else STOPPED
 
 
 def main(argv: list[str] | None = None) -> int:

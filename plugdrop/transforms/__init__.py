@@ -7,6 +7,8 @@
 - :mod:`.grad`    ``ClipGradValue``, ``ClipGradNorm``, ``ScaleGrad``, ``GradNoise``,
   ``ClipGradAdaptive``, ``CentralizeGrad``
 - :mod:`.mixing`  ``ManifoldMixup``, ``PatchUp``
+- :mod:`.registry` :func:`catalog`: every transform above by name and kind (each list of
+  transforms elsewhere is derived from it)
 
 A forward transform maps an activation to a regularized activation (``transform(x)``, as in
 training); a gradient transform maps a gradient to a modified gradient (``transform(g)``) and
@@ -26,6 +28,7 @@ from .grad import (
 )
 from .mixing import ManifoldMixup, PatchUp
 from .noise import GaussianNoise
+from .registry import catalog
 
 __all__ = [
     "Transform",

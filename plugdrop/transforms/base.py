@@ -15,9 +15,10 @@ not recompile). Settings are checked when set, so the hot path does not check th
 
 from __future__ import annotations
 
+import itertools
 import numbers
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -26,6 +27,25 @@ from ..errors import SettingError
 from ..schedules import LayerValue, Schedule, ScheduleLike, as_schedule
 
 __all__ = ["Transform", "ForwardTransform", "GradientTransform", "CoordinatedTransform"]
+
+
+class Site(Protocol):
+    """Where a transform is being attached, as the attachment layer tells it (the transform
+    checks itself against it in :meth:`Transform._check_layers`)."""
+
+    #: the bare model (inside its DDP / compile / checkpoint wrappers)
+    model: Any
+    #: ``"output"``, ``"input"`` or ``"params"``
+    where: str
+
+    def residual_branches(self) -> list[str] | None:
+        """The model's residual branches, found now or earlier (``None``: unknown, e.g. a
+        model torch.fx cannot trace and that was never run through
+        :func:`plugdrop.residual_branches`)."""
+
+    def on_residual_branch(self, name: str) -> bool:
+        """Whether a module ``name`` acts as a residual branch (is one, is inside one, or
+        reaches one through identities)."""
 
 Check = Callable[[str, object], float]
 
@@ -167,6 +187,11 @@ class Transform:
             s.set_step(step)
         self._step = step
 
+    def _check_layers(self, layers: Sequence[tuple[str, Any]], site: Site) -> None:
+        """Called by attach with every selected ``(name, module)`` before anything is hung:
+        raise on what cannot work there (nothing is attached then), warn on what looks wrong,
+        or read settings the model knows. Default: nothing."""
+
     def _prepare(self, device: torch.device) -> None:
         """Create the value tensors on ``device`` ahead of a compiled forward."""
         for s in self._settings.values():
@@ -209,9 +234,15 @@ class ForwardTransform(Transform):
         """The current float value of setting ``name`` at ``layer`` (eager mode)."""
         return self._settings[name].of(layer).value
 
+    def _check_layers(self, layers: Sequence[tuple[str, Any]], site: Site) -> None:
+        """On outputs, :meth:`_check_layer` of every selected layer."""
+        if site.where == "output":
+            for name, module in layers:
+                self._check_layer(name, module, site.model)
+
     def _check_layer(self, name: str, module: object, model: object = None) -> None:
-        """Called by attach for each selected module (and the bare model): raise early on
-        what cannot work there, or read settings the model knows."""
+        """Called for each selected module (and the bare model) when attached to outputs:
+        raise early on what cannot work there, or read settings the model knows."""
 
 
 class GradientTransform(Transform):
@@ -242,8 +273,11 @@ class CoordinatedTransform(ForwardTransform):
     The attachment calls :meth:`_begin` before each training forward of the model (a pre-hook
     on its root), then :meth:`_at` at every attached layer; :meth:`_end_eval` before an eval
     forward. After a forward, ``last`` is ``None`` (nothing mixed) or a dict with ``"lam"``,
-    ``"index"`` and ``"layer"``, which the handle (:class:`plugdrop.MixupHandle`) reports and
-    uses to mix the targets.
+    ``"index"``, ``"layer"`` and ``"order"`` (a number that grows with every mix in the
+    process, so that the mixes of several coordinated transforms in one forward are known in the
+    order they happened), which the handle (:class:`plugdrop.MixupHandle`) reports and
+    :func:`plugdrop.mixed_loss` uses to mix the targets. A subclass records a mix with
+    :meth:`_mixed`.
     """
 
     def __init__(self, **settings: tuple[ScheduleLike, Check]) -> None:
@@ -260,3 +294,12 @@ class CoordinatedTransform(ForwardTransform):
 
     def _end_eval(self) -> None:
         self.last = None
+
+    def _mixed(self, lam: float | torch.Tensor, index: torch.Tensor, layer: str) -> None:
+        """Record that this forward mixed ``x`` with ``x[index]`` at ``layer``, keeping a
+        weight ``lam`` of the original."""
+        self.last = {"lam": lam, "index": index, "layer": layer, "order": next(_MIXES)}
+
+
+#: The order of mixes in this process, across coordinated transforms.
+_MIXES = itertools.count()

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from .. import _checks, _layout
-from .._kernels import draws
 from .. import functional as F
-from ..errors import SettingError, ShapeError
+from .._kernels import blockdrop, masks
+from ..errors import NotResidualWarning, SettingError, ShapeError
 from ..schedules import ScheduleLike
-from .base import Check, ForwardTransform
+from .base import Check, ForwardTransform, Site
 
 __all__ = ["DropBlock", "Dropout2d", "Dropout", "DropPath", "DropHead"]
 
@@ -63,22 +64,6 @@ class _Layout(ForwardTransform):
             return fn(x, self.layout, self.prefix_tokens)
         grid, restore = _layout.tokens_to_grid(x, self.grid_size, self.prefix_tokens or 0)
         return restore(fn(grid, "channels_last", None))
-
-
-#: Eager fast paths of DropPath and Dropout2d: (shape, dtype, device[, layout]) of a float
-#: input that went through the general path without raising -> the tensor of ones its mask is
-#: drawn from (:func:`draws.ones`). For Dropout2d only channels-first maps are entered, keyed
-#: by the layout setting (its checks depend on the shape and that setting only). Shared by all
-#: instances, never copied or pickled with them.
-_BATCHED: dict[tuple[Any, ...], torch.Tensor] = {}
-_CHECKED_MAPS: dict[tuple[Any, ...], torch.Tensor] = {}
-
-
-def _remember(cache: dict[tuple[Any, ...], torch.Tensor], key: tuple[Any, ...],
-              shape: tuple[int, ...]) -> None:
-    if len(cache) >= 256:
-        cache.clear()
-    cache[key] = draws.ones(shape, key[1], key[2])
 
 
 #: Module types whose output maps have a known number of spatial dims.
@@ -156,14 +141,14 @@ class DropBlock(_Layout):
                 f"{rank} sizes, or an int")
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
-        return self._on_layout(x, lambda v, layout, prefix: F._drop_block(
+        return self._on_layout(x, lambda v, layout, prefix: blockdrop.drop_block(
             v, p, self.block_size, self.shared_channels, layout, prefix, self.rescale))
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         if x.is_floating_point() and (self.layout is None or self.layout == "channels_first"):
-            return F._drop_block(x, self._eager_value("p", layer), self.block_size,
-                                 self.shared_channels, self.layout, self.prefix_tokens,
-                                 self.rescale)
+            return blockdrop.drop_block(x, self._eager_value("p", layer), self.block_size,
+                                        self.shared_channels, self.layout, self.prefix_tokens,
+                                        self.rescale)
         return self._at(layer, x)
 
 
@@ -184,30 +169,13 @@ class Dropout2d(_Layout):
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         if self.layout != "tokens" or self.grid_size is None:
-            return F._dropout2d(x, p, self.layout, self.prefix_tokens)
-        return self._on_layout(x, lambda v, layout, prefix: F._dropout2d(v, p, layout, prefix))
+            return blockdrop.dropout2d(x, p, self.layout, self.prefix_tokens)
+        return self._on_layout(x, lambda v, layout, prefix: blockdrop.dropout2d(v, p, layout,
+                                                                                prefix))
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        # Channels-first float maps of a shape that passed the layout checks before (they
-        # depend on the shape only): :func:`F._dropout2d`'s float path, inlined. Tensors the
-        # fused kernel takes go to :func:`F._dropout2d` (its cached plan) with the float value.
-        layout = self.layout
-        if F._dropout2d_fused(x):
-            if x.is_floating_point() and (layout is None or layout == "channels_first"):
-                return F._dropout2d(x, self._eager_value("p", layer), layout,
-                                    self.prefix_tokens)
-            return self._at(layer, x)
-        key = (x.shape, x.dtype, x.device, layout)
-        ones = _CHECKED_MAPS.get(key)
-        if ones is None:
-            y = self._at(layer, x)  # checks the shape, raising on a bad one
-            if x.is_floating_point() and (layout is None or layout == "channels_first"):
-                _remember(_CHECKED_MAPS, key, (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2))
-            return y
-        p = self._eager_value("p", layer)
-        if p == 0.0:
-            return x
-        return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
+        return blockdrop.dropout2d_eager(x, self._eager_value("p", layer), self.layout,
+                                         self.prefix_tokens, lambda: self._at(layer, x))
 
 
 class Dropout(ForwardTransform):
@@ -221,11 +189,11 @@ class Dropout(ForwardTransform):
         super().__init__(p=(p, _checks.probability))
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
-        return F._dropout(x, p)
+        return masks.dropout(x, p)
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         if x.is_floating_point():
-            return F._dropout(x, self._eager_value("p", layer))
+            return masks.dropout(x, self._eager_value("p", layer))
         return self._at(layer, x)
 
 
@@ -248,23 +216,32 @@ class DropPath(ForwardTransform):
     def _options(self) -> dict[str, Any]:
         return {} if self.scale_by_keep else {"scale_by_keep": False}
 
+    def _check_layers(self, layers: Sequence[tuple[str, Any]], site: Site) -> None:
+        """Warn (:class:`~plugdrop.NotResidualWarning`) when some layers are not residual
+        branches of the model (when its branches are known), naming the nearest ones."""
+        super()._check_layers(layers, site)
+        found = site.residual_branches()
+        if not found:
+            return
+        wrong = [n for n, _ in layers if not site.on_residual_branch(n)]
+        if not wrong:
+            return
+        first = wrong[0]
+        near = [b for b in found if b.startswith(first + ".")] or [
+            b for b in found if b.rsplit(".", 1)[0] == first.rsplit(".", 1)[0]] or found
+        warnings.warn(
+            f"DropPath attached to {len(wrong)} module(s) that are not residual branches: "
+            f"{', '.join(map(repr, wrong[:6]))}{' ...' if len(wrong) > 6 else ''}. There it "
+            f"drops the whole sample's features; the residual branches are e.g. "
+            f"{', '.join(map(repr, near[:4]))} (selector 'residual:', see "
+            f"plugdrop.residual_branches)", NotResidualWarning, stacklevel=3)
+
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
-        return F._drop_path(x, p, self.scale_by_keep)
+        return masks.drop_path(x, p, self.scale_by_keep)
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        # A float tensor with a batch dim, of a shape met before: :func:`F._drop_path`'s float
-        # path, inlined (the per-call cost is the few Python calls around three small ops).
-        key = (x.shape, x.dtype, x.device)
-        ones = _BATCHED.get(key)
-        if ones is None:
-            y = self._at(layer, x)  # raises on a 0-dim or integer tensor
-            if x.is_floating_point():
-                _remember(_BATCHED, key, (x.shape[0],) + (1,) * (x.dim() - 1))
-            return y
-        p = self._eager_value("p", layer)
-        if p == 0.0:
-            return x
-        return x * draws.keep_mult_from(ones, p, self.scale_by_keep, key[1], key[2])
+        return masks.drop_path_eager(x, self._eager_value("p", layer), self.scale_by_keep,
+                                     lambda: self._at(layer, x))
 
 
 class DropHead(ForwardTransform):

@@ -96,7 +96,7 @@ class ManifoldMixup(_Mixing):
             out, lam = F.mixup(x, self._lam, index), self._lam
         else:
             out, lam = F.cutmix(x, self._lam, index, layout=self.layout)
-        self.last = {"lam": lam, "index": index, "layer": layer}
+        self._mixed(lam, index, layer)
         return out
 
     def apply(self, x: torch.Tensor, **values: Any) -> torch.Tensor:
@@ -155,7 +155,7 @@ class PatchUp(_Mixing):
         index = torch.randperm(x.shape[0], device=x.device)
         out, lam = F._patchup(x, self._settings["p"].value, index, self.block_size, self._lam,
                               self.layout)
-        self.last = {"lam": lam, "index": index, "layer": layer}
+        self._mixed(lam, index, layer)
         return out
 
     def apply(self, x: torch.Tensor, **values: Any) -> torch.Tensor:

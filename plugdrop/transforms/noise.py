@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from .. import _checks
-from .. import functional as F
+from .._kernels import noise as noise_kernel
 from ..schedules import ScheduleLike
 from .base import ForwardTransform
 
@@ -33,9 +33,9 @@ class GaussianNoise(ForwardTransform):
         return {"multiplicative": True} if self.multiplicative else {}
 
     def apply(self, x: torch.Tensor, *, std: float | torch.Tensor) -> torch.Tensor:
-        return F._gaussian_noise(x, std, self.multiplicative)
+        return noise_kernel.gaussian_noise(x, std, self.multiplicative)
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         if x.is_floating_point():
-            return F._gaussian_noise(x, self._eager_value("std", layer), self.multiplicative)
+            return noise_kernel.gaussian_noise(x, self._eager_value("std", layer), self.multiplicative)
         return self._at(layer, x)

@@ -280,7 +280,7 @@ def test_failed_write_leaves_old_file_and_no_temp(folder: Path,
     def broken_replace(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("plugdrop.ablate.runs.os.replace", broken_replace)
+    monkeypatch.setattr("plugdrop.ablate.runs.files.os.replace", broken_replace)
     with pytest.raises(ConfigError, match=r"results\.csv: cannot write \(No space left"):
         write_report(folder, plots=False)
     assert (folder / "results.csv").read_bytes() == before

@@ -326,6 +326,22 @@ def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
     assert rec["values"]["ManifoldMixup@['', 'layer1', 'layer2.0']/alpha"] == 2.0
 
 
+def test_a_variant_with_two_coordinated_transforms_trains(tmp_path, capsys):
+    """ManifoldMixup and PatchUp in one variant: both act, and the targets are mixed for
+    what each did (plugdrop.mixed_loss), not through the first handle only."""
+    text = SMALL.replace("epochs: 2", "epochs: 1").replace(
+        "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
+        "block_size: 3}\n",
+        "  mixes:\n"
+        "    - {layers: ['', 'layer1'], transform: ManifoldMixup, alpha: 1.0}\n"
+        "    - {layers: layer2.0, transform: PatchUp, p: 0.3, block_size: 2}\n")
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    rec = metrics(out, "mixes__s0")[-1]
+    assert rec["calls"]["PatchUp@layer2.0"] > 0
+    assert rec["calls"]["ManifoldMixup@['', 'layer1']"] > 0
+
+
 def test_vit_without_img_size_fails_in_the_dry_step(tmp_path, capsys):
     text = ("model: vit_tiny_patch16_224\nmodel_kwargs: {depth: 1}\nimage_size: 32\n"
             "batch_size: 64\ndevice: cpu\nvariants:\n  baseline: []\n")
@@ -338,8 +354,8 @@ def test_vit_without_img_size_fails_in_the_dry_step(tmp_path, capsys):
 
 def test_fp16_gradient_transforms_get_the_scaler(tmp_path):
     from plugdrop.ablate import config as C
-    from plugdrop.ablate.runner import load_data
-    from plugdrop.ablate.train import Dist, Trainer
+    from plugdrop.ablate.execute import load_data
+    from plugdrop.ablate.train import Dist, Trainer, dry_step
 
     text = SMALL.replace("  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, "
                          "p: 0.1, block_size: 3}\n",
@@ -350,7 +366,7 @@ def test_fp16_gradient_transforms_get_the_scaler(tmp_path):
     try:
         assert trainer.scaler.is_enabled()
         assert trainer.handles[0].transform.scaler is trainer.scaler
-        trainer.dry_step()
+        dry_step(trainer)
     finally:
         trainer.close()
 

@@ -270,7 +270,7 @@ def test_config_resolution_and_hashes_are_golden(update_golden):
     got = {name: {"hash": (cfg := config.load(root / "examples" / name)).hash(),
                   "resolved": cfg.resolved()}
            for name in ("digits.yaml", "finetune.yaml")}
-    full = config.parse(config._yaml_text(FULL, "full.yaml"), "full.yaml")
+    full = config.loads(FULL, "full.yaml")
     got["full"] = {"hash": full.hash(), "resolved": json.loads(json.dumps(full.resolved())),
                    "runs": [list(r) for r in full.runs()], "baseline": full.baseline,
                    "grids": {v.name: dict(v.grid) for v in full.variants}}

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import plugdrop as pd
 from plugdrop import functional as F
-from plugdrop._kernels import cext, draws
+from plugdrop._kernels import blockdrop, cext, draws
 
 CPU = torch.device("cpu")
 
@@ -149,7 +149,7 @@ def test_dropblock_fused_plan_equals_the_general_path(shared, fmt):
     outs = []
     for cached in (False, True, True):
         if not cached:
-            F._FUSED_PLANS.clear()
+            blockdrop._FUSED_PLANS.clear()
         torch.manual_seed(5)
         y = F.drop_block(x, 0.2, 3, shared_channels=shared)
         (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
@@ -157,7 +157,7 @@ def test_dropblock_fused_plan_equals_the_general_path(shared, fmt):
         with torch.no_grad():
             y_nograd = F.drop_block(x, 0.2, 3, shared_channels=shared)
         outs.append((y.detach(), g, y_nograd))
-    assert F._FUSED_PLANS  # the fused route was cached
+    assert blockdrop._FUSED_PLANS  # the fused route was cached
     for y, g, y_nograd in outs:
         assert torch.equal(y, outs[0][0]) and torch.equal(g, outs[0][1])
         assert torch.equal(y_nograd, y) and y.stride() == y_nograd.stride() == x.stride()
@@ -174,7 +174,7 @@ def test_dropout2d_fused_plan_equals_the_general_path():
     outs = []
     for cached in (False, True, True):
         if not cached:
-            F._FUSED_PLANS.clear()
+            blockdrop._FUSED_PLANS.clear()
         torch.manual_seed(9)
         y = F.dropout2d(x, 0.3)
         (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
@@ -182,7 +182,7 @@ def test_dropout2d_fused_plan_equals_the_general_path():
         with torch.no_grad():
             y_nograd = F.dropout2d(x, 0.3)
         outs.append((y.detach(), g, y_nograd))
-    assert any(k[0] == "dropout2d" for k in F._FUSED_PLANS)
+    assert any(k[0] == "dropout2d" for k in blockdrop._FUSED_PLANS)
     for y, g, y_nograd in outs:
         assert torch.equal(y, outs[0][0]) and torch.equal(g, outs[0][1])
         assert torch.equal(y_nograd, y)

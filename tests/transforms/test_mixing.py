@@ -219,3 +219,41 @@ def test_patchup_handle_mixes_targets():
     ce = F.cross_entropy
     want = h.lam * ce(logits, y) + (1 - h.lam) * ce(logits, y[h.index])
     assert torch.allclose(h.loss(ce, logits, y), want)
+
+
+@pytest.mark.parametrize("mixup_first", [True, False])
+def test_two_coordinated_transforms_compose_in_the_order_they_mixed(mixup_first):
+    """ManifoldMixup and PatchUp in one forward: the targets are mixed as the features were,
+    the first mix nested inside the second, whatever the order of the handles given."""
+    m = _model().train()
+    early, late = ("0", "2") if mixup_first else ("2", "0")
+    mix = pd.attach(m, early, pd.ManifoldMixup(1.0))
+    patch = pd.attach(m, late, pd.PatchUp(0.5, 1, mode="soft"))
+    x, y = torch.randn(8, 4), torch.arange(8) % 3
+    for seed in range(5):
+        torch.manual_seed(seed)
+        logits = m(x)
+        assert mix.layer == early and patch.layer == late  # both mixed
+        first, second = (mix, patch) if mixup_first else (patch, mix)
+        target = F.one_hot(y, 3).double()
+        for h in (first, second):  # the soft targets the nested mixes imply
+            target = float(h.lam) * target + (1 - float(h.lam)) * target[h.index]
+        want = -(target * F.log_softmax(logits.double(), 1)).sum(1).mean()
+        for order in ([mix, patch], [patch, mix]):
+            got = pd.mixed_loss(order, F.cross_entropy, logits, y)
+            assert torch.allclose(got.double(), want, atol=1e-5)
+
+
+def test_mixed_loss_of_one_mix_is_the_handle_loss_and_of_none_the_criterion():
+    m = _model().train()
+    h = pd.attach(m, ["0", "2"], pd.ManifoldMixup(1.0))
+    other = pd.attach(m, "1", pd.Dropout(0.1))  # not mixing: ignored
+    x, y = torch.randn(8, 4), torch.arange(8) % 3
+    torch.manual_seed(1)
+    logits = m(x)
+    assert torch.equal(pd.mixed_loss([other, h], F.cross_entropy, logits, y),
+                       h.loss(F.cross_entropy, logits, y))
+    m.eval()
+    logits = m(x)
+    assert torch.equal(pd.mixed_loss([h, other], F.cross_entropy, logits, y),
+                       F.cross_entropy(logits, y))

@@ -1,9 +1,9 @@
-"""The driver's view of an ablation whose runs train elsewhere: it reads the run folders only.
+"""The driver's view of runs that train elsewhere (every launcher but ``local``): it reads the
+run folders only.
 
 A run is *done* (``done.json``), *failed* (``failed.json``), *running* (some process holds its
 lock, ``runs/<id>/.lock``) or *queued*. On a terminal the view is one tqdm bar (runs done, with
-the counts and an ETA); otherwise a line whenever a count changes. Every time a run ends the
-summary (table, CSV, JSON; the plots at most once a minute) is rebuilt from the folders.
+the counts and an ETA); otherwise a line whenever a count changes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..progress import Progress
-from ..runs import RunDir, RunLock
+from ..runs import FAILED, FINISHED, RunDir, RunLock
+
+__all__ = ["Counts", "Monitor"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def _fmt(seconds: float) -> str:
 
 
 class Monitor:
-    """Watches the run folders of ``todo`` under ``out``.
+    """Watches the run folders of ``todo`` under ``out`` (a :class:`~.protocol.View`).
 
     Args:
         out: the ablation folder.
@@ -49,9 +50,7 @@ class Monitor:
         self.out, self.todo = out, todo
         self.tty = sys.stderr.isatty() if tty is None else tty
         self.t0 = time.monotonic()
-        self.ended: set[str] = set()
         self.last: Counts | None = None
-        self.progress = Progress(0, True, tty=False)  # for write_report's messages
         self.bar: Any = None
         if self.tty:
             from tqdm.auto import tqdm
@@ -62,9 +61,9 @@ class Monitor:
         done = failed = running = 0
         for rd in self.todo:
             status = rd.status
-            if status == "finished":
+            if status == FINISHED:
                 done += 1
-            elif status == "failed":
+            elif status == FAILED:
                 failed += 1
             elif RunLock(rd).held_elsewhere():
                 running += 1
@@ -76,16 +75,12 @@ class Monitor:
             return None
         return (time.monotonic() - self.t0) / ended * (c.queued + c.running)
 
-    def update(self, final: bool = False) -> Counts:
-        """Poll the folders, show what changed, rebuild the summary when runs ended."""
-        from ..runner import write_report
+    def ended(self, rd: RunDir, status: str, detail: str | None) -> None:
+        """Nothing to do: :meth:`update` reads every run's state from its folder."""
 
+    def update(self, final: bool = False) -> None:
+        """Poll the folders and show what changed."""
         c = self.counts()
-        newly = {rd.id for rd in self.todo if rd.status in ("finished", "failed")} - self.ended
-        if newly:
-            self.ended |= newly
-            if not final:
-                write_report(self.out, self.progress, final=False)
         if c != self.last or final:
             line = c.line(None if final else self.eta(c))
             if self.bar is not None:
@@ -94,7 +89,6 @@ class Monitor:
             elif c != self.last:
                 print(f"runs: {line}", file=sys.stderr, flush=True)
         self.last = c
-        return c
 
     def message(self, text: str) -> None:
         if self.bar is not None:
@@ -107,38 +101,3 @@ class Monitor:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-def record(outcome: Any, todo: list[RunDir]) -> None:
-    """Fill ``outcome`` (a :class:`plugdrop.ablate.runner.Outcome`) from the run folders."""
-    for rd in todo:
-        status = rd.status
-        if status == "finished":
-            outcome.finished.append(rd.id)
-        elif status == "failed":
-            outcome.failed.append(rd.id)
-
-
-class Waiting:
-    """Runs whose job ended while another process (a job of an earlier driver, a shard) still
-    trains them: watched until that process lets go, then submitted again if unfinished."""
-
-    def __init__(self) -> None:
-        self.runs: list[RunDir] = []
-
-    def add(self, rd: RunDir) -> None:
-        self.runs.append(rd)
-
-    def released(self) -> list[RunDir]:
-        """The runs no process holds any more and that are still unfinished (forgotten)."""
-        out: list[RunDir] = []
-        keep: list[RunDir] = []
-        for rd in self.runs:
-            if rd.status != "incomplete":
-                continue
-            (keep if RunLock(rd).held_elsewhere() else out).append(rd)
-        self.runs = keep
-        return out
-
-    def __bool__(self) -> bool:
-        return bool(self.runs)

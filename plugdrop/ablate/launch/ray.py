@@ -12,16 +12,16 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
-from . import LaunchOptions
-from .monitor import Monitor, Waiting, record
+from ..execute import BUSY, FAILED, FINISHED
+from ..runs import RunDir
+from .monitor import Monitor
+from .options import LaunchOptions
+from .protocol import ENDED, LOST, Job, JobEnd, LaunchContext, View
 
-if TYPE_CHECKING:
-    from ..config import AblationConfig
-    from ..runner import Outcome
-    from ..runs import RunDir
+__all__ = ["RayLauncher", "check_address"]
 
 
 def _task(out: str, run_id: str, nproc: int, threads: int) -> str:
@@ -48,6 +48,31 @@ def check_address(address: str, timeout: float = 5.0) -> None:
                           f"the address") from None
 
 
+class _Task:
+    def __init__(self, run: RunDir, ref: Any, retries: int) -> None:
+        self.run, self.ref, self.retries = run, ref, retries
+        self.label = f"Ray task {ref.hex()[:12]}"
+        self.logs = "the Ray logs (/tmp/ray/session_latest/logs)"
+
+    def poll(self) -> JobEnd | None:
+        import ray
+
+        ready, _ = ray.wait([self.ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            status = ray.get(self.ref)
+        except ray.exceptions.RayError as e:
+            return JobEnd(LOST, f"the Ray task failed after {self.retries} retries: "
+                                f"{' '.join(str(e).split())[:200]}", str(e))
+        return JobEnd(status if status in (FINISHED, FAILED, BUSY) else ENDED)
+
+    def cancel(self) -> None:
+        import ray
+
+        ray.cancel(self.ref, force=True)
+
+
 class RayLauncher:
     """Runs every run as a Ray task and watches their folders."""
 
@@ -70,52 +95,36 @@ class RayLauncher:
                                   f"{where}: {' '.join(str(e).split())[:200]}") from None
             self.started = True
 
-    def execute(self, cfg: AblationConfig, out: Path, todo: list[RunDir],
-                outcome: Outcome) -> None:
+    def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         import ray
 
+        ctx.progress.close()  # the driver's view of the run folders takes over
         o = self.options
-        remote = ray.remote(num_cpus=o.cpus_per_run, num_gpus=o.gpus_per_run,
-                            max_retries=o.max_retries)(_task)
-        limit = o.max_parallel or len(todo) or 1
-        queue = list(todo)
-        active: dict[Any, RunDir] = {}
-        waiting = Waiting()
-        monitor = Monitor(out, todo)
-        try:
-            while queue or active or waiting:
-                queue += waiting.released()
-                while queue and len(active) < limit:
-                    rd = queue.pop(0)
-                    ref = remote.remote(str(out.resolve()), rd.id, o.nproc_per_run,
-                                        o.cpus_per_run)
-                    active[ref] = rd
-                if not active:
-                    monitor.update()
-                    time.sleep(0.5)
-                    continue
-                ready, _ = ray.wait(list(active), num_returns=1, timeout=0.5)
-                for ref in ready:
-                    rd = active.pop(ref)
-                    try:
-                        if ray.get(ref) == "busy" and rd.status == "incomplete":
-                            waiting.add(rd)  # another process trains it: wait for that one
-                    except ray.exceptions.RayError as e:
-                        monitor.message(f"plugdrop ablate: run {rd.id}: the Ray task failed "
-                                        f"after {o.max_retries} retries: "
-                                        f"{' '.join(str(e).split())[:200]}")
-                        if rd.status == "incomplete":
-                            from ..runner import _current_epoch
+        self.out = ctx.out
+        self.todo = len(todo)
+        self.remote = ray.remote(num_cpus=o.cpus_per_run, num_gpus=o.gpus_per_run,
+                                 max_retries=o.max_retries)(_task)
+        return Monitor(ctx.out, todo)
 
-                            rd.failed(RuntimeError(f"its Ray task failed: {type(e).__name__}"),
-                                      _current_epoch(rd), str(e))
-                monitor.update()
-        except KeyboardInterrupt:
-            for ref in active:
-                ray.cancel(ref, force=True)
-            outcome.stopped = 2
-        finally:
-            monitor.close()
-            if self.started:
-                ray.shutdown()
-        record(outcome, todo)
+    def capacity(self) -> int:
+        return self.options.max_parallel or self.todo or 1
+
+    def submit(self, runs: list[RunDir]) -> list[Job]:
+        o = self.options
+        return [_Task(rd, self.remote.remote(str(self.out.resolve()), rd.id, o.nproc_per_run,
+                                             o.cpus_per_run), o.max_retries) for rd in runs]
+
+    def wait(self, jobs: list[Job], timeout: float) -> None:
+        import ray
+
+        refs = [j.ref for j in jobs if isinstance(j, _Task)]
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=timeout)
+        else:
+            time.sleep(timeout)
+
+    def close(self) -> None:
+        import ray
+
+        if self.started:
+            ray.shutdown()

@@ -13,20 +13,19 @@ Job logs: ``OUT/.submitit/<job id>/``.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import submitit
 
-from . import LaunchOptions, default_parallel
-from ..runs import RunLock
-from .monitor import Monitor, Waiting, record
+from ..runs import RunDir
+from .monitor import Monitor
+from .options import LaunchOptions
+from .protocol import ENDED, Job, JobEnd, LaunchContext, View
 
-if TYPE_CHECKING:
-    from ..config import AblationConfig
-    from ..runner import Outcome
-    from ..runs import RunDir
+__all__ = ["RunJob", "SubmititLauncher"]
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -46,6 +45,19 @@ class RunJob(submitit.helpers.Checkpointable):
         return submitit.helpers.DelayedSubmission(RunJob(), *args, **kwargs)
 
 
+class _SlurmJob:
+    def __init__(self, run: RunDir, job: Any, out: Path) -> None:
+        self.run, self.job = run, job
+        self.label = f"job {job.job_id}"
+        self.logs = str(out / ".submitit" / str(job.job_id))
+
+    def poll(self) -> JobEnd | None:
+        return JobEnd(ENDED) if self.job.done() else None
+
+    def cancel(self) -> None:
+        self.job.cancel(check=False)
+
+
 class SubmititLauncher:
     """Submits the runs through ``submitit.AutoExecutor`` and watches their folders."""
 
@@ -53,73 +65,50 @@ class SubmititLauncher:
 
     def __init__(self, options: LaunchOptions):
         self.options = options
+        self.ex: Any = None
 
     def executor(self, out: Path) -> Any:
         o = self.options
-        ex = submitit.AutoExecutor(folder=out / ".submitit" / "%j", cluster=o.cluster)
+        cluster = None if o.slurm_cluster == "auto" else o.slurm_cluster
+        ex = submitit.AutoExecutor(folder=out / ".submitit" / "%j", cluster=cluster)
         params: dict[str, Any] = {
             "timeout_min": o.timeout_min, "nodes": 1, "tasks_per_node": 1,
             "cpus_per_task": o.cpus_per_run, "gpus_per_node": o.gpus_per_run,
             "name": f"plugdrop-{out.name}"}
         if ex.cluster == "slurm":
-            if o.partition:
-                params["slurm_partition"] = o.partition
+            if o.slurm_partition:
+                params["slurm_partition"] = o.slurm_partition
             if o.max_parallel:
                 params["slurm_array_parallelism"] = o.max_parallel
         ex.update_parameters(**params)
         return ex
 
-    def execute(self, cfg: AblationConfig, out: Path, todo: list[RunDir],
-                outcome: Outcome) -> None:
+    def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
+        ctx.progress.close()  # the driver's view of the run folders takes over
+        self.out = ctx.out
+        self.ex = self.executor(ctx.out)
+        self.todo = len(todo)
+        return Monitor(ctx.out, todo)
+
+    def capacity(self) -> int:
+        if self.ex.cluster == "slurm":  # one array job; Slurm limits the parallelism
+            return max(self.todo, 1)
         o = self.options
-        ex = self.executor(out)
-        args = lambda rd: (str(out.resolve()), rd.id, o.nproc_per_run,  # noqa: E731
-                           o.cpus_per_run)
-        monitor = Monitor(out, todo)
-        tries = {rd.id: 0 for rd in todo}
-        active: dict[str, tuple[RunDir, Any]] = {}
-        queue = list(todo)
-        waiting = Waiting()
-        if ex.cluster == "slurm":  # one array job; Slurm limits the parallelism
-            with ex.batch():
-                jobs = [ex.submit(RunJob(), *args(rd)) for rd in queue]
-            active = {rd.id: (rd, job) for rd, job in zip(queue, jobs)}
-            queue = []
-        limit = o.max_parallel or default_parallel(o)
-        try:
-            while queue or active or waiting:
-                queue += waiting.released()
-                while queue and len(active) < limit:
-                    rd = queue.pop(0)
-                    active[rd.id] = (rd, ex.submit(RunJob(), *args(rd)))
-                for rid, (rd, job) in list(active.items()):
-                    if not job.done():
-                        continue
-                    del active[rid]
-                    if rd.status == "incomplete" and RunLock(rd).held_elsewhere():
-                        waiting.add(rd)  # another process trains it: wait for that one
-                    elif rd.status == "incomplete":  # died without requeuing itself
-                        tries[rid] += 1
-                        if tries[rid] <= o.max_retries:
-                            monitor.message(f"plugdrop ablate: job {job.job_id} of {rid} ended "
-                                            f"before the run did; submitting it again "
-                                            f"({tries[rid]}/{o.max_retries})")
-                            active[rid] = (rd, ex.submit(RunJob(), *args(rd)))
-                        else:
-                            _give_up(rd, f"its job ended {tries[rid]} times before the run "
-                                         f"did; see {out / '.submitit' / str(job.job_id)}")
-                monitor.update()
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            for _, job in active.values():
-                job.cancel(check=False)
-            outcome.stopped = 2
-        finally:
-            monitor.close()
-        record(outcome, todo)
+        return o.max_parallel or max(1, (os.cpu_count() or 1) // max(1, o.cpus_per_run))
 
+    def submit(self, runs: list[RunDir]) -> list[Job]:
+        o = self.options
+        args = [(str(self.out.resolve()), rd.id, o.nproc_per_run, o.cpus_per_run)
+                for rd in runs]
+        if len(runs) > 1 and self.ex.cluster == "slurm":
+            with self.ex.batch():
+                jobs = [self.ex.submit(RunJob(), *a) for a in args]
+        else:
+            jobs = [self.ex.submit(RunJob(), *a) for a in args]
+        return [_SlurmJob(rd, job, self.out) for rd, job in zip(runs, jobs)]
 
-def _give_up(rd: RunDir, why: str) -> None:
-    from ..runner import _current_epoch
+    def wait(self, jobs: list[Job], timeout: float) -> None:
+        time.sleep(timeout)
 
-    rd.failed(RuntimeError(why), _current_epoch(rd), "")
+    def close(self) -> None:
+        pass

@@ -1,0 +1,228 @@
+"""The checks of the settings table (:mod:`.schema`): each takes the :class:`Value` of one
+setting, raises a located one-line error naming what it must be, and returns the value
+normalized (``ema: true`` -> ``0.9998``, ``seeds: 3`` -> ``(3,)``).
+
+Generic checks are made by :func:`integer`, :func:`number`, :func:`choice`, :func:`boolean`
+and :func:`text`; the rest are written for one setting each.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import ConfigError
+from .locations import Loc, LocDict, fail, plain, suggest
+
+__all__ = ["Check", "Value", "boolean", "choice", "integer", "number", "text"]
+
+
+class Value:
+    """One setting's value under check: its key, its value (a check may replace it while it
+    normalizes) and where it came from."""
+
+    def __init__(self, key: str, value: Any, loc: Loc | None) -> None:
+        self.key, self.value, self.loc = key, value, loc
+
+    def need(self, ok: bool, what: str, hint: str = "") -> None:
+        """Raise ``<key> must be <what>, got <value><hint>`` unless ``ok``."""
+        if not ok:
+            raise fail(self.loc, f"{self.key} must be {what}, got {plain(self.value)!r}{hint}")
+
+    def at(self, key: Any) -> Loc | None:
+        """Where ``key`` of a mapping value was given."""
+        return self.value.at(key) if isinstance(self.value, LocDict) else self.loc
+
+    def fail(self, msg: str) -> ConfigError:
+        return fail(self.loc, msg)
+
+
+Check = Callable[[Value], Any]
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def integer(low: int) -> Check:
+    """An integer ``>= low``."""
+    def check(v: Value) -> Any:
+        v.need(is_int(v.value) and v.value >= low, f"an integer >= {low}")
+        return v.value
+    return check
+
+
+def number(what: str, ok: Callable[[float], bool]) -> Check:
+    """A number (int or float, not a bool) for which ``ok`` holds, as a float; ``what`` says
+    which: ``"> 0"``, ``"in [0, 1)"``."""
+    def check(v: Value) -> Any:
+        v.need(is_num(v.value) and ok(v.value), f"a number {what}")
+        return float(v.value)
+    return check
+
+
+def choice(*options: str, what: str | None = None, close: bool = False) -> Check:
+    """One of ``options``; ``what`` says them (default ``a | b | c``); ``close``: suggest the
+    nearest option."""
+    def check(v: Value) -> Any:
+        hint = suggest(v.value, options) if close and isinstance(v.value, str) else ""
+        v.need(v.value in options, what or " | ".join(options), hint)
+        return v.value
+    return check
+
+
+def boolean(v: Value) -> Any:
+    v.need(isinstance(v.value, bool), "true or false")
+    return v.value
+
+
+def text(what: str) -> Check:
+    """A non-empty string."""
+    def check(v: Value) -> Any:
+        v.need(isinstance(v.value, str) and v.value.strip() != "", what)
+        return v.value
+    return check
+
+
+# --------------------------------------------------------------------- one setting each
+
+
+def clip_grad(v: Value) -> Any:
+    v.need(v.value is None or v.value is False or (is_num(v.value) and v.value > 0),
+           "a number > 0 (the global gradient norm) or null")
+    return float(v.value) if is_num(v.value) else None
+
+
+def amp(v: Value) -> Any:
+    if v.value is False or v.value is None:
+        v.value = "off"
+    v.need(v.value in ("off", "bf16", "fp16"), "off, bf16 or fp16")
+    return v.value
+
+
+def seeds(v: Value) -> Any:
+    if is_int(v.value):
+        v.value = [v.value]
+    v.need(isinstance(v.value, list) and len(v.value) > 0 and all(is_int(s) for s in v.value),
+           "a list of integers")
+    dup = sorted({s for s in v.value if v.value.count(s) > 1})
+    v.need(not dup, "a list of distinct integers", f" ({dup[0]} is listed twice)" if dup else "")
+    return tuple(v.value)
+
+
+def optimizer(v: Value) -> Any:
+    import timm.optim
+
+    known = timm.optim.list_optimizers()
+    v.need(isinstance(v.value, str) and v.value.lower() in known,
+           "a timm optimizer name (sgd, adamw, lamb, ...)",
+           suggest(v.value, [str(k) for k in known]) if isinstance(v.value, str) else "")
+    return v.value.lower()
+
+
+def ema(v: Value) -> Any:
+    if v.value is True:
+        v.value = 0.9998
+    elif v.value is False or v.value is None:
+        v.value = None
+    elif isinstance(v.value, Mapping):
+        v.need(not set(v.value) - {"decay"} and "decay" in v.value,
+               "true, false, a decay or {decay: 0.9998}")
+        v.value = v.value["decay"]
+    v.need(v.value is None or (is_num(v.value) and 0 < v.value < 1),
+           "true, false or a decay in (0, 1) such as 0.9998")
+    return v.value
+
+
+_DEVICES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def device(v: Value) -> Any:
+    v.need(isinstance(v.value, str) and _DEVICES.fullmatch(v.value) is not None,
+           "auto, cpu, cuda or cuda:N",
+           " (did you mean 'cuda'?)" if v.value in ("gpu", "GPU", "cuda0") else "")
+    return v.value
+
+
+def model_kwargs(v: Value) -> Any:
+    if v.value is None:
+        v.value = {}
+    v.need(isinstance(v.value, Mapping), "a mapping of keyword arguments, e.g. {drop_rate: 0.1}")
+    return v.value
+
+
+def pretrained(v: Value) -> Any:
+    v.need(v.value is None or isinstance(v.value, bool)
+           or (isinstance(v.value, str) and v.value != ""),
+           "true (timm's cache), false, or the path of a checkpoint file")
+    return None if v.value is False else v.value
+
+
+def data(v: Value) -> Any:
+    from ..data import parse_data_spec
+
+    try:
+        parse_data_spec(plain(v.value))
+    except ConfigError as e:
+        raise v.fail(str(e)) from None
+    return v.value
+
+
+def workers(v: Value) -> Any:
+    v.need(v.value == "auto" or (is_int(v.value) and v.value >= 0), "auto or an integer >= 0")
+    return v.value
+
+
+def augment(v: Value) -> Any:
+    if v.value is False:
+        v.value = None
+    if v.value is not None:
+        from ..data import AUGMENT_KEYS
+
+        v.need(isinstance(v.value, Mapping), "a mapping of timm transform settings")
+        for k in v.value:
+            if k not in AUGMENT_KEYS:
+                raise fail(v.at(k), f"augment has no setting {k!r}"
+                                    f"{suggest(k, sorted(AUGMENT_KEYS))}; known: "
+                                    f"{', '.join(sorted(AUGMENT_KEYS))}")
+    return v.value
+
+
+def watch(v: Value) -> Any:
+    ok = v.value in ("auto", False, None) or isinstance(v.value, str) or (
+        isinstance(v.value, list) and all(isinstance(s, str) for s in v.value))
+    v.need(ok, "auto, false, or a selector (a glob or a list of globs)")
+    return False if v.value is None else v.value
+
+
+def gradcam(v: Value) -> Any:
+    if isinstance(v.value, str) and v.value != "auto":
+        v.value = {"layer": v.value}
+    if isinstance(v.value, Mapping):
+        unknown = set(v.value) - {"layer", "images"}
+        if unknown:
+            raise v.fail(f"gradcam has no setting {sorted(unknown)[0]!r}; it takes layer and "
+                         f"images")
+        images = v.value.get("images", 8)
+        if not (is_int(images) and images >= 1):
+            raise fail(v.at("images"), f"gradcam images must be an integer >= 1, got "
+                                       f"{images!r}; use gradcam: false for none")
+        v.need(isinstance(v.value.get("layer", "auto"), str), "{layer: NAME, images: N}")
+        return v.value
+    v.need(v.value in ("auto", False, None), "auto, false, a layer name or {layer, images}")
+    return False if v.value is None else v.value
+
+
+def log(v: Value) -> Any:
+    if v.value in (None, False):
+        v.value = []
+    if isinstance(v.value, str):
+        v.value = [v.value]
+    v.need(isinstance(v.value, list) and all(x == "tensorboard" for x in v.value),
+           "a list of loggers: [tensorboard] or []")
+    return tuple(v.value)

@@ -1,0 +1,75 @@
+"""Ablation configs: YAML in, a validated, frozen :class:`~.schema.AblationConfig` out.
+
+Every error a user can cause is a :class:`~plugdrop.ablate.errors.ConfigError` whose one-line
+message starts with the place: ``file:line:column`` for a value of the YAML file, ``--set KEY``
+or ``--FLAG`` for a value given on the command line. The settings and their checks come from
+the table in :mod:`.schema`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .checks import Value
+from .locations import Loc, LocDict, fail, plain, suggest, yaml_text
+from .overrides import Override, apply
+from .schema import AblationConfig, settings
+from .variants import parse_variants
+
+__all__ = ["load", "loads", "parse"]
+
+
+def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = ()
+          ) -> AblationConfig:
+    """Validate a loaded config (see :func:`load`) after applying ``overrides``."""
+    root_loc = getattr(raw, "loc", None) or Loc(source)
+    if not isinstance(raw, dict):
+        raise fail(root_loc, "the config must be a mapping of settings (model, data, "
+                             "variants...)")
+    if not isinstance(raw, LocDict):
+        raw = LocDict(raw, root_loc, {})
+    for ov in overrides:
+        apply(raw, ov)
+    table = settings()
+    known = sorted(table)
+    options: dict[str, Any] = {}
+    locs: dict[str, str] = {}
+    for key, value in raw.items():
+        kloc = raw.at(key)
+        if key not in table:
+            raise fail(kloc, f"unknown setting {key!r}{suggest(key, known)}; known: "
+                             f"{', '.join(known)}")
+        locs[str(key)] = str(kloc)
+        check = table[key].check
+        if check is not None:
+            options[key] = plain(check(Value(key, value, kloc)))
+    if "model" not in options:
+        raise fail(root_loc, "the config needs 'model:' (a timm model name such as resnet18)")
+    options["variants"] = parse_variants(raw.get("variants"),
+                                         raw.at("variants") if "variants" in raw else root_loc)
+    return AblationConfig(**options, source=source, locs=locs)
+
+
+def loads(text: str, source: str = "<config>", overrides: Sequence[Override] = ()
+          ) -> AblationConfig:
+    """Read and validate a YAML config given as text (``source`` names it in errors)."""
+    raw = yaml_text(text, source)
+    if raw is None:
+        raise ConfigError(f"{source}: the config is empty; it needs model: and variants:")
+    return parse(raw, source, overrides)
+
+
+def load(path: str | Path, overrides: Sequence[Override] = ()) -> AblationConfig:
+    """Read and validate a YAML ablation config, applying command-line ``overrides``."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; give the YAML config file "
+                          f"(e.g. examples/digits.yaml)")
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config ({e.strerror})") from None
+    return loads(text, str(path), overrides)

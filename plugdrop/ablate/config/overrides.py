@@ -1,0 +1,86 @@
+"""Command-line changes of a config: ``--set KEY=VALUE`` (Hydra-style dotted paths into nested
+mappings and lists: ``--set variants.dropblock.0.p=0.2``) and the dedicated flags
+(``--epochs 5``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from .locations import Loc, LocDict, LocList, fail, suggest, yaml_text
+
+__all__ = ["Override", "apply", "flag", "parse_overrides"]
+
+
+@dataclass(frozen=True)
+class Override:
+    """A command-line change of one setting: ``path`` into the config, the new value."""
+
+    path: str
+    value: Any
+    label: str
+
+
+def parse_overrides(items: Sequence[str]) -> list[Override]:
+    """``--set KEY=VALUE`` strings -> overrides; values are YAML (``--set lr=1e-3``)."""
+    out = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item}: --set takes KEY=VALUE (e.g. --set epochs=5 or "
+                              f"--set variants.dropblock.0.p=0.2)")
+        label = f"--set {key}"
+        value = yaml_text(text, "--set", label) if text.strip() else None
+        out.append(Override(key, value, label))
+    return out
+
+
+def flag(name: str, key: str, value: Any) -> Override:
+    """An override from a dedicated flag such as ``--epochs``."""
+    if isinstance(value, list):
+        value = LocList(value, Loc(name))
+    return Override(key, value, name)
+
+
+def apply(raw: LocDict, ov: Override) -> None:
+    """Set ``ov``'s value at its path in the loaded config ``raw`` (in place)."""
+    parts = ov.path.split(".")
+    node: Any = raw
+    i = 0
+    loc = Loc(ov.label)
+    while True:
+        last = i == len(parts) - 1
+        if isinstance(node, dict):
+            # longest key made of the remaining segments (names may contain dots)
+            key = None
+            for j in range(len(parts), i, -1):
+                cand = ".".join(parts[i:j])
+                if cand in node:
+                    key, i, last = cand, j - 1, j == len(parts)
+                    break
+            if key is None:
+                key = parts[i]
+                if not last:
+                    raise fail(loc, f"no setting {'.'.join(parts[:i + 1])!r}"
+                                    f"{suggest(key, [str(k) for k in node])}")
+            if last:
+                node[key] = ov.value
+                if isinstance(node, LocDict):
+                    node.keys_loc[key] = loc
+                return
+            node = node[key]
+        elif isinstance(node, list):
+            seg = parts[i]
+            if not seg.isdigit() or int(seg) >= len(node):
+                raise fail(loc, f"{'.'.join(parts[:i])} is a list of {len(node)}; "
+                                f"{seg!r} is no index in it (0..{len(node) - 1})")
+            if last:
+                node[int(seg)] = ov.value
+                return
+            node = node[int(seg)]
+        else:
+            raise fail(loc, f"{'.'.join(parts[:i])} is a value, not a mapping or list")
+        i += 1

@@ -1,0 +1,254 @@
+"""The runner's settings, declared once: each field of :class:`AblationConfig` is a row of the
+table (name, type, default, check, help, command-line flag, whether it enters the config hash).
+The loader (:mod:`.loader`), the checks, ``--set``, the ``plugdrop ablate`` flags, the config
+hash, the folder-compatibility check and the settings reference (:mod:`.reference`) are all
+derived from it, so adding a setting is one :func:`setting` line here plus the code that uses
+it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from ..data import AUGMENT_KEYS
+from . import checks as C
+from .locations import plain
+from .variants import Variant
+
+__all__ = ["AblationConfig", "GROUPS", "Setting", "default", "setting", "settings", "unhashed"]
+
+#: the groups of the settings reference, in order
+GROUPS = ("Model", "Data", "Optimization", "Runs")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the settings table (the metadata of an :class:`AblationConfig` field).
+
+    Attributes:
+        help: what it is and its values, for the reference and ``--help``.
+        group: one of :data:`GROUPS`.
+        check: validates and normalizes the value (:mod:`.checks`); ``None`` for ``variants``,
+            which has a parser of its own (:mod:`.variants`).
+        flag: the type of its dedicated ``plugdrop ablate`` flag (``--batch-size``), if any.
+        many: the flag takes several values (``--seeds 0 1 2``).
+        hashed: whether it changes results, and so enters :meth:`AblationConfig.hash` (a
+            folder refuses ``--resume`` under a config whose hash differs).
+        shown: the default as the reference shows it, when the value alone says too little.
+    """
+
+    help: str
+    group: str
+    check: C.Check | None
+    flag: type | None = None
+    many: bool = False
+    hashed: bool = True
+    shown: str | None = None
+
+
+def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | None,
+            flag: type | None = None, many: bool = False, hashed: bool = True,
+            shown: str | None = None, factory: Any = None) -> Any:
+    """A field of :class:`AblationConfig` carrying its :class:`Setting` (no ``default``: the
+    setting is required; ``factory``: a mutable default)."""
+    meta = {"setting": Setting(help, group, check, flag, many, hashed, shown)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class AblationConfig:
+    """A validated ablation config: every field but ``source`` and ``locs`` is a setting (see
+    :func:`settings`, and the README's settings reference generated from them)."""
+
+    # -- required ---------------------------------------------------------------------------
+    model: str = setting(
+        group="Model", check=C.text("a timm model name (resnet18) or package.module:factory"),
+        help="a timm model name such as `resnet18`, or `package.module:factory`")
+    variants: tuple[Variant, ...] = setting(
+        group="Runs", check=None,
+        help="name -> list of attachments (`[]`: the baseline); see Attachments")
+    # -- model ------------------------------------------------------------------------------
+    model_kwargs: Mapping[str, Any] = setting(
+        factory=dict, group="Model", check=C.model_kwargs,
+        help="keyword arguments of the model factory, e.g. `{img_size: 64}` for a ViT, "
+             "`{drop_path_rate: 0.1}`")
+    pretrained: bool | str | None = setting(
+        None, group="Model", check=C.pretrained,
+        help="a checkpoint path to fine-tune from, or `true` for timm's cached weights")
+    # -- data -------------------------------------------------------------------------------
+    data: Any = setting(
+        "digits", group="Data", check=C.data,
+        help="`digits` (embedded), an ImageFolder path, or `{name: CIFAR10, root: PATH}`")
+    image_size: int = setting(32, group="Data", check=C.integer(1),
+                              help="side of the square images the model sees, in pixels")
+    val_fraction: float = setting(
+        0.2, group="Data", check=C.number("in (0, 1)", lambda v: 0 < v < 1),
+        help="share held out for validation, for data without a validation split")
+    workers: int | str = setting(
+        "auto", group="Data", check=C.workers, hashed=False,
+        help="DataLoader worker processes: `auto` = CPUs - 1, at most 8 (in-memory digits "
+             "use none)")
+    augment: Mapping[str, Any] | None = setting(
+        None, group="Data", check=C.augment,
+        help="settings of `timm.data.create_transform` for the training split (" + ", ".join(
+            f"`{k}`" for k in sorted(AUGMENT_KEYS)) + "); none: both splits get the evaluation "
+             "transform")
+    bad_images: str = setting(
+        "error", group="Data", check=C.choice("error", "skip", what="error or skip"),
+        help="`error`: an unreadable image stops the ablation naming the file; `skip`: it is "
+             "dropped and counted")
+    # -- optimization -----------------------------------------------------------------------
+    epochs: int = setting(10, group="Optimization", check=C.integer(1), flag=int,
+                          help="epochs per run")
+    batch_size: int = setting(64, group="Optimization", check=C.integer(1), flag=int,
+                              help="the **global** batch of one optimizer step")
+    grad_accum: int = setting(
+        1, group="Optimization", check=C.integer(1),
+        help="micro-batches of `batch_size / grad_accum` per step (the optimization stays "
+             "the same)")
+    optimizer: str = setting(
+        "sgd", group="Optimization", check=C.optimizer,
+        help="any name of `timm.optim.create_optimizer_v2`: sgd (Nesterov), adamw, lamb, "
+             "lion, ...")
+    lr: float = setting(0.05, group="Optimization", check=C.number("> 0", lambda v: v > 0),
+                        flag=float, help="the peak learning rate")
+    momentum: float = setting(
+        0.9, group="Optimization", check=C.number("in [0, 1)", lambda v: 0 <= v < 1),
+        help="momentum of SGD-like optimizers")
+    weight_decay: float = setting(5e-4, group="Optimization",
+                                  check=C.number(">= 0", lambda v: v >= 0),
+                                  help="weight decay")
+    lr_schedule: str = setting(
+        "cosine", group="Optimization",
+        check=C.choice("cosine", "constant", "step", "multistep", "poly", "tanh", close=True),
+        help="per step, through `timm.scheduler.create_scheduler_v2`: cosine, constant, "
+             "poly, tanh, step, multistep")
+    warmup_epochs: int = setting(0, group="Optimization", check=C.integer(0),
+                                 help="epochs of linear warm-up")
+    warmup_lr: float = setting(0.0, group="Optimization",
+                               check=C.number(">= 0", lambda v: v >= 0),
+                               help="learning rate at the start of the warm-up")
+    min_lr: float = setting(0.0, group="Optimization", check=C.number(">= 0", lambda v: v >= 0),
+                            help="learning rate at the end of the schedule")
+    label_smoothing: float = setting(
+        0.0, group="Optimization", check=C.number("in [0, 1)", lambda v: 0 <= v < 1),
+        help="label smoothing of the cross-entropy")
+    clip_grad: float | None = setting(None, group="Optimization", check=C.clip_grad,
+                                      help="a maximum global gradient norm; none: no clipping")
+    amp: str = setting(
+        "off", group="Optimization", check=C.amp,
+        help="`off`, `bf16` or `fp16` autocast (fp16 with a GradScaler, which plugdrop's "
+             "gradient transforms receive as `scaler=`)")
+    channels_last: bool = setting(False, group="Optimization", check=C.boolean,
+                                  help="train in the channels-last memory format")
+    ema: float | None = setting(
+        None, group="Optimization", check=C.ema,
+        help="timm's `ModelEmaV3`: `true` (decay 0.9998) or a decay; its accuracy is "
+             "reported beside the raw model's")
+    # -- runs -------------------------------------------------------------------------------
+    seeds: tuple[int, ...] = setting(
+        (0,), group="Runs", check=C.seeds, flag=int, many=True,
+        help="distinct integers; each trains every variant (the same seed: the same initial "
+             "weights and data order)")
+    device: str = setting("auto", group="Runs", check=C.device, flag=str, hashed=False,
+                          help="`auto`, `cpu`, `cuda` or `cuda:N`")
+    out: str = setting("runs/ablation", group="Runs", check=C.text("a non-empty folder path"),
+                       flag=str, hashed=False, help="the output folder")
+    watch: Any = setting(
+        "auto", group="Runs", check=C.watch,
+        help="layers whose statistics are recorded per epoch; `auto`: every layer a variant "
+             "regularizes; false: none")
+    gradcam: Any = setting(
+        "auto", group="Runs", check=C.gradcam,
+        help="Grad-CAM overlays of the first seed of each variant: `auto` (the last "
+             "regularized layer with a map of at least 4x4), a layer name, `{layer, images}` "
+             "or false")
+    log: tuple[str, ...] = setting((), group="Runs", check=C.log, hashed=False, shown="[]",
+                                   help="`[tensorboard]`: event files in each run folder")
+    # -- not settings: where the config came from -------------------------------------------
+    source: str = "<config>"
+    locs: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    # -- derived ----------------------------------------------------------------------------
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+    @property
+    def baseline(self) -> str | None:
+        """The reference variant: ``baseline`` if present, else the first empty one."""
+        names = self.variant_names
+        if "baseline" in names:
+            return "baseline"
+        return next((v.name for v in self.variants if not v.attachments), None)
+
+    def runs(self) -> list[tuple[str, int]]:
+        """Every (variant, seed), in training order."""
+        return [(v.name, s) for v in self.variants for s in self.seeds]
+
+    def loc(self, key: str) -> str:
+        """Where ``key`` was set (for errors found later), or the config file."""
+        return self.locs.get(key, self.source)
+
+    def resolved(self) -> dict[str, Any]:
+        """The whole config with defaults filled in, as plain JSON-able data."""
+        out: dict[str, Any] = {}
+        for name in settings():
+            if name == "variants":
+                continue
+            value = getattr(self, name)
+            out[name] = list(value) if isinstance(value, tuple) else plain(
+                dict(value) if isinstance(value, Mapping) else value)
+        out["variants"] = {v.name: [a.describe() for a in v.attachments]
+                           for v in self.variants}
+        return out
+
+    def hash(self) -> str:
+        """A fingerprint of every setting that changes results (:attr:`Setting.hashed`)."""
+        r = self.resolved()
+        for key in unhashed():
+            r.pop(key, None)
+        blob = json.dumps(r, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def attached_layers(self) -> list[Any]:
+        """The selectors of every per-layer forward transform attached to outputs in any
+        variant, in order, without duplicates (the watch and Grad-CAM default); coordinated
+        transforms (mixing) are left out."""
+        out: list[Any] = []
+        for v in self.variants:
+            for a in v.attachments:
+                if a.kind == "forward" and a.where == "output" and not a.coordinated:
+                    for sel in (a.layers if isinstance(a.layers, list) else [a.layers]):
+                        if sel not in out:
+                            out.append(sel)
+        return out
+
+
+def settings() -> dict[str, Setting]:
+    """The settings table: name -> :class:`Setting`, in declaration order."""
+    return {f.name: f.metadata["setting"] for f in fields(AblationConfig)
+            if "setting" in f.metadata}
+
+
+def default(name: str) -> Any:
+    """The default value of setting ``name`` (``MISSING`` for a required one)."""
+    f = next(f for f in fields(AblationConfig) if f.name == name)
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def unhashed() -> list[str]:
+    """The settings that do not change results (out, device, workers, log, ...)."""
+    return [name for name, s in settings().items() if not s.hashed]

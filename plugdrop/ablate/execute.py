@@ -1,0 +1,177 @@
+"""Executing one run: what the local launcher and every launcher's job
+(``python -m plugdrop.ablate.worker``) call, so that a run trains the same way wherever it
+trains.
+
+A run is claimed through its lock (another process training it: ``busy``; finished meanwhile:
+``finished``), every start is recorded in ``runs/<id>/attempts.jsonl``, it resumes from its
+checkpoint when it has one, writes a metrics line and a checkpoint per epoch, and ends with
+``done.json``, or ``failed.json`` when it crashed (the crash is recorded, not raised).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import logging as run_logging
+from . import runs
+from .config import AblationConfig
+from .data import DataSets, build_datasets, default_workers, parse_data_spec
+from .errors import ConfigError
+from .progress import Progress
+from .train import Dist, StopFlag, Stopped, Trainer, on_rank0, save_gradcam
+from .train.build import locate, one_line
+
+__all__ = ["BUSY", "FAILED", "FINISHED", "STOPPED", "Result", "execute", "load_data",
+           "train_run", "workers_for"]
+
+#: how a run's execution ended
+FINISHED, FAILED, BUSY, STOPPED = "finished", "failed", "busy", "stopped"
+_GO = "go"
+
+
+@dataclass(frozen=True)
+class Result:
+    """How :func:`execute` ended: ``status`` (:data:`FINISHED`, :data:`FAILED` or
+    :data:`BUSY`) and, for a failed run, its error on one line."""
+
+    status: str
+    error: str | None = None
+
+
+def load_data(cfg: AblationConfig) -> DataSets:
+    """The config's data sets (normalization from the model's pretrained config)."""
+    try:
+        return build_datasets(parse_data_spec(cfg.data), image_size=cfg.image_size,
+                              val_fraction=cfg.val_fraction, augment=cfg.augment,
+                              model=None if ":" in cfg.model else cfg.model,
+                              bad_images=cfg.bad_images)
+    except ConfigError as e:
+        raise ConfigError(locate(cfg, " ".join(str(e).split()), "data")) from None
+
+
+def workers_for(cfg: AblationConfig, data: DataSets) -> int:
+    """DataLoader worker processes of a run (none for in-memory data)."""
+    if data.in_memory:
+        return 0
+    return default_workers() if cfg.workers == "auto" else int(cfg.workers)
+
+
+def checkpoint_epoch(rd: runs.RunDir) -> int:
+    """The last epoch in the run's checkpoint (0 when there is none)."""
+    if not rd.checkpoint.exists():
+        return 0
+    try:
+        state = torch.load(rd.checkpoint, map_location="cpu", weights_only=False)
+        return int(state.get("epoch", 0))
+    except Exception:  # a damaged checkpoint: the trainer will report it
+        return 0
+
+
+def _claim(rd: runs.RunDir, lock: runs.RunLock, launcher: str) -> str:
+    """Take the run's lock and record the attempt; ``finished`` or ``busy`` instead when the
+    run needs no training here (shards and launcher jobs share one ``--out``)."""
+    if rd.status == runs.FINISHED:
+        return FINISHED
+    if not lock.try_acquire():
+        return BUSY
+    if rd.status == runs.FINISHED:
+        lock.release()
+        return FINISHED
+    rd.record_attempt(checkpoint_epoch(rd) + 1, launcher)
+    return _GO
+
+
+def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, workers: int,
+              stop: StopFlag, progress: Progress) -> None:
+    """Train one run to the end, resuming from its checkpoint when it has one."""
+    variant = cfg.variant(rd.variant)
+    trainer = Trainer.create(cfg, variant, rd.seed, data, d, workers)
+    try:
+        start_epoch = 1
+        ckpt = rd.checkpoint if rd.checkpoint.exists() else None
+        if ckpt is not None:
+            state = torch.load(ckpt, map_location=d.device, weights_only=False)
+            trainer.load_state_dict(state)
+            start_epoch = trainer.epoch + 1
+        if d.main:
+            rd.start({"id": rd.id, "variant": rd.variant, "seed": rd.seed,
+                      "attachments": [a.describe() for a in variant.attachments],
+                      "grid": dict(variant.grid), "config_hash": cfg.hash()},
+                     fresh=ckpt is None)
+            if ckpt is not None:
+                rd.truncate_metrics(trainer.epoch)
+        logger = run_logging.RunLogger(cfg.log, rd.path, rd.id, start_epoch,
+                                       cfg.resolved()) if d.main and cfg.log else None
+        progress.run_start(rd.variant, rd.seed, cfg.epochs, trainer.steps_per_epoch,
+                           start_epoch)
+        t0 = time.perf_counter()
+        try:
+            for _ in range(start_epoch, cfg.epochs + 1):
+                record = trainer.train_epoch(stop, progress.batch)
+                state = trainer.state_dict()  # collective under torchrun
+                if d.main:
+                    rd.append_metrics(record)
+                    runs.atomic_torch_save(rd.checkpoint, state)
+                    if logger is not None:
+                        logger.log(record)
+                progress.epoch(record)
+        finally:
+            if logger is not None:
+                logger.close()
+        if d.main:
+            if cfg.gradcam is not False and rd.seed == cfg.seeds[0]:
+                try:
+                    save_gradcam(cfg, trainer.model, data, d, rd.path / "gradcam.png")
+                except (ValueError, TypeError, RuntimeError) as e:
+                    progress.message(f"plugdrop ablate: no Grad-CAM for {rd.id}: "
+                                     f"{one_line(e)}")
+            rd.done(cfg.epochs, time.perf_counter() - t0)
+    finally:
+        trainer.close()
+
+
+def execute(cfg: AblationConfig, rd: runs.RunDir, d: Dist, data: Callable[[], DataSets], *,
+            stop: StopFlag, progress: Progress, launcher: str) -> Result:
+    """Claim, train (or resume) and mark one run, in this process (under torchrun, in all of
+    its processes together).
+
+    Args:
+        data: gives the data sets (called once the run is claimed: a job turned away loads
+            nothing).
+        stop: the flag SIGINT / SIGTERM set; polled between steps.
+        progress: where the run's epochs are reported.
+        launcher: recorded in ``attempts.jsonl``.
+
+    Returns:
+        the :class:`Result`; a crash of the run (an out-of-memory error, a NaN loss) is
+        recorded in ``failed.json`` and returned as ``failed``.
+
+    Raises:
+        Stopped: a signal stopped the run at a step boundary (its last epoch is kept).
+        KeyboardInterrupt: a second Ctrl-C.
+        ConfigError: a user mistake met only now (an unreadable image, say).
+    """
+    lock = runs.RunLock(rd)
+    state = on_rank0(d, lambda: _claim(rd, lock, launcher))
+    if state != _GO:
+        return Result(state)
+    try:
+        loaded = data()
+        train_run(cfg, rd, loaded, d, workers_for(cfg, loaded), stop, progress)
+        return Result(FINISHED)
+    except (ConfigError, Stopped):
+        raise
+    except Exception as e:  # a crashing run is recorded; the others go on
+        if d.main:
+            rd.failed(e, rd.current_epoch(), traceback.format_exc())
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return Result(FAILED, f"{type(e).__name__}: {one_line(e)[:300]}")
+    finally:
+        if d.main:
+            lock.release()

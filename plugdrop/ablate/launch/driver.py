@@ -1,0 +1,156 @@
+"""The one driver loop of every launcher: it keeps the launcher's jobs at its capacity, reads
+how each ended, rebuilds the report when a run ended, submits again a run whose job ended
+before it did (``--max-retries``), waits for a run another process trains (a shard, an earlier
+driver's job) and trains it if that process let go unfinished, and fills the :class:`Outcome`.
+
+The run folders decide: whatever a job says, a run is finished or failed when its folder says
+so. Under torchrun (the local launcher only) every rank runs this loop; what it reads from the
+folder is read on rank 0 and shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from .. import runs
+from ..report import Rebuilder
+from ..runs import RunDir, RunLock
+from ..train import Stopped, on_rank0
+from .protocol import BUSY, LOST, Job, JobEnd, LaunchContext, Launcher, View
+
+__all__ = ["Outcome", "Waiting", "drive"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome:
+    """What an ablation's invocation did: the runs finished, failed and skipped (finished
+    before it started), and the signal that stopped it (0: none)."""
+
+    finished: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    stopped: int = 0
+
+
+class Waiting:
+    """Runs whose job ended while another process (a job of an earlier driver, a shard) still
+    trains them: watched until that process lets go, then submitted again if unfinished."""
+
+    def __init__(self) -> None:
+        self.runs: list[RunDir] = []
+
+    def add(self, rd: RunDir) -> None:
+        self.runs.append(rd)
+
+    def released(self) -> list[RunDir]:
+        """The runs no process holds any more and that are still unfinished (forgotten)."""
+        out: list[RunDir] = []
+        keep: list[RunDir] = []
+        for rd in self.runs:
+            if rd.status != runs.INCOMPLETE:
+                continue
+            (keep if RunLock(rd).held_elsewhere() else out).append(rd)
+        self.runs = keep
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)
+
+
+class _Driver:
+    def __init__(self, launcher: Launcher, ctx: LaunchContext, view: View) -> None:
+        self.launcher, self.ctx, self.view = launcher, ctx, view
+        self.queue: list[RunDir] = []
+        self.active: list[Job] = []
+        self.waiting = Waiting()
+        self.tries: dict[str, int] = {}
+        self.rebuild = Rebuilder(ctx.out, view.message)
+
+    def probe(self, fn: Callable[[], T]) -> T:
+        """``fn`` (reading the folder) on rank 0, its result on every rank."""
+        return on_rank0(self.ctx.d, fn)
+
+    def run(self, todo: list[RunDir]) -> None:
+        self.queue = list(todo)
+        while self.queue or self.active or self.waiting:
+            self.queue += self.probe(self.waiting.released)
+            room = self.launcher.capacity() - len(self.active)
+            if self.queue and room > 0:
+                batch, self.queue = self.queue[:room], self.queue[room:]
+                self.active += self.launcher.submit(batch)
+            for job in list(self.active):
+                end = job.poll()
+                if end is not None:
+                    self.active.remove(job)
+                    self.ended(job, end)
+            self.view.update()
+            if self.active or self.waiting:
+                self.launcher.wait(self.active, 0.5)
+
+    def ended(self, job: Job, end: JobEnd) -> None:
+        rd, view = job.run, self.view
+        status = self.probe(lambda: rd.status)
+        if status != runs.INCOMPLETE:
+            view.ended(rd, status, end.error)
+            self.report()
+        elif end.status == BUSY or self.probe(RunLock(rd).held_elsewhere):
+            self.waiting.add(rd)  # another process trains it: wait for that one
+            view.ended(rd, BUSY, None)
+        elif end.status == LOST:
+            view.message(f"plugdrop ablate: run {rd.id}: {end.error}")
+            self.give_up(rd, str(end.error), end.detail)
+        else:  # the job ended before its run did (killed, preempted, stopped)
+            n = self.tries[rd.id] = self.tries.get(rd.id, 0) + 1
+            most = self.ctx.options.max_retries
+            if n <= most:
+                view.message(f"plugdrop ablate: {job.label} of {rd.id} ended before the run "
+                             f"did; submitting it again ({n}/{most})")
+                self.queue.insert(0, rd)
+            else:
+                self.give_up(rd, f"its job ended {n} times before the run did; see {job.logs}",
+                             "")
+
+    def give_up(self, rd: RunDir, why: str, detail: str) -> None:
+        if self.ctx.d.main:
+            rd.failed(RuntimeError(why), rd.current_epoch(), detail)
+        self.view.ended(rd, runs.FAILED, why)
+        self.report()
+
+    def report(self) -> None:
+        if self.ctx.d.main:
+            self.rebuild(final=False)
+
+    def cancel(self) -> None:
+        for job in self.active:
+            job.cancel()
+
+
+def drive(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: Outcome) -> None:
+    """Train ``todo`` through ``launcher`` and record in ``outcome`` what the folders say
+    afterwards; Ctrl-C (or, for the local launcher, a SIGTERM) stops it with the finished
+    epochs kept."""
+    try:
+        view = launcher.start(ctx, todo)
+        driver = _Driver(launcher, ctx, view)
+        try:
+            driver.run(todo)
+        except KeyboardInterrupt:
+            driver.cancel()
+            outcome.stopped = 2
+        except Stopped as e:
+            driver.cancel()
+            outcome.stopped = e.signum
+        finally:
+            view.close()
+    finally:
+        launcher.close()
+    statuses = driver.probe(lambda: [rd.status for rd in todo])
+    for rd, status in zip(todo, statuses):
+        if status == runs.FINISHED:
+            outcome.finished.append(rd.id)
+        elif status == runs.FAILED:
+            outcome.failed.append(rd.id)

@@ -1,0 +1,101 @@
+"""``--launcher local`` (the default): the runs train in this process, one after another (under
+torchrun, in all of its processes together), with tqdm bars on a terminal and a line per epoch
+otherwise. Ctrl-C or SIGTERM stops at the next step boundary, keeping the last finished epoch;
+a second Ctrl-C stops at once."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..execute import BUSY, execute, workers_for
+from ..progress import Progress
+from ..runs import RunDir
+from ..train import StopFlag, Stopped
+from .options import LaunchOptions
+from .protocol import Job, JobEnd, LaunchContext, View
+
+__all__ = ["LocalLauncher"]
+
+
+@dataclass
+class _Done:
+    """A run trained in this process: it has ended by the time :meth:`LocalLauncher.submit`
+    returns."""
+
+    run: RunDir
+    end: JobEnd
+    label: str = "this process"
+    logs: str = "the output above"
+
+    def poll(self) -> JobEnd | None:
+        return self.end
+
+    def cancel(self) -> None:
+        pass
+
+
+class _Bars:
+    """The local launcher's :class:`~.protocol.View`: the progress bars of the runs."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def ended(self, rd: RunDir, status: str, detail: str | None) -> None:
+        self.progress.name = f"{rd.variant} seed={rd.seed}"
+        if status == BUSY:
+            self.progress.message(f"[{self.progress.name}] another process trains it: "
+                                  f"waiting for it")
+        else:
+            self.progress.run_end(status if detail is None else f"{status}: {detail}")
+
+    def update(self) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        self.progress.message(text)
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+class LocalLauncher:
+    """Trains the runs here, one at a time."""
+
+    name = "local"
+
+    def __init__(self, options: LaunchOptions) -> None:
+        self.options = options
+        self.stop = StopFlag()
+
+    def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
+        self.ctx = ctx
+        self.workers = workers_for(ctx.cfg, ctx.data)
+        self.stop.install()
+        return _Bars(ctx.progress)
+
+    def capacity(self) -> int:
+        return 1
+
+    def submit(self, runs: list[RunDir]) -> list[Job]:
+        ctx, progress = self.ctx, self.ctx.progress
+        jobs: list[Job] = []
+        for rd in runs:
+            try:
+                result = execute(ctx.cfg, rd, ctx.d, lambda: ctx.data, stop=self.stop,
+                                 progress=progress, launcher=self.name)
+            except Stopped as e:
+                progress.run_end(f"stopped by {e}; its last finished epoch is kept")
+                raise
+            except KeyboardInterrupt:
+                progress.run_end("interrupted")
+                raise
+            jobs.append(_Done(rd, JobEnd(result.status, result.error)))
+        return jobs
+
+    def wait(self, jobs: list[Job], timeout: float) -> None:
+        if not jobs:  # only runs another process trains: look again in a moment
+            time.sleep(timeout)
+
+    def close(self) -> None:
+        self.stop.restore()

@@ -1,0 +1,268 @@
+"""The results of an ablation as its run folders hold them: :func:`load_ablation`.
+
+Everything here reads the folder that ``plugdrop ablate --out DIR`` writes (``ablation.json`` and
+``runs/<id>/``) and nothing else, so ``plugdrop report DIR`` gives the same answer as the runner,
+at any time, also while runs are still going on elsewhere: a run is *finished* when it has
+``done.json``, *failed* when it has ``failed.json``, and *incomplete* otherwise (running, killed,
+or not started). Damaged files of one run are reported as warning lines and that run counts as
+incomplete; only a missing or damaged ``ablation.json`` is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..runs import FAILED, FINISHED, INCOMPLETE
+
+__all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
+           "load_ablation", "number"]
+
+#: the format of ``ablation.json`` this version reads
+FORMAT = 1
+_RUN_ID = re.compile(r"[A-Za-z0-9_.,=+\[\]-]+")
+
+
+@dataclass
+class Run:
+    """One run (variant x seed) as found on disk.
+
+    Attributes:
+        id: the folder name under ``runs/``.
+        variant, seed: what it trains.
+        path: its folder.
+        status: ``"finished"``, ``"failed"`` or ``"incomplete"``.
+        metrics: one record per epoch (``metrics.jsonl``), sorted by epoch, one per epoch.
+        info: ``run.json`` when readable.
+        done: ``done.json`` of a finished run.
+        error, error_type, failed_epoch: from ``failed.json`` of a failed run.
+        gradcam: its ``gradcam.png`` when present.
+        started: whether its folder holds anything yet.
+    """
+
+    id: str
+    variant: str
+    seed: int
+    path: Path
+    status: str = INCOMPLETE
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] | None = None
+    done: dict[str, Any] | None = None
+    error: str | None = None
+    error_type: str | None = None
+    failed_epoch: int | None = None
+    gradcam: Path | None = None
+    started: bool = False
+
+    def final(self, key: str = "val_acc") -> float | None:
+        """``key`` of the last epoch, ``None`` when absent."""
+        return number(self.metrics[-1].get(key)) if self.metrics else None
+
+    def best(self, key: str = "val_acc") -> float | None:
+        """The largest ``key`` over the epochs, ``None`` when absent."""
+        values = [v for v in (number(m.get(key)) for m in self.metrics)
+                  if v is not None and not math.isnan(v)]
+        return max(values) if values else None
+
+
+@dataclass
+class Ablation:
+    """An ablation folder: what ``ablation.json`` promises and what the runs hold.
+
+    Attributes:
+        out: the folder.
+        config: the resolved config as plain JSON.
+        config_hash: the config's hash (a run of another config is not counted).
+        variants: variant names in config order.
+        baseline: the variant the others are compared to, or ``None``.
+        seeds: the seeds of the config.
+        runs: every run of ``ablation.json``, in its order.
+        versions, data: as recorded by the runner.
+        warnings: one line per damaged file or record that was skipped.
+    """
+
+    out: Path
+    config: dict[str, Any]
+    config_hash: str | None
+    variants: list[str]
+    baseline: str | None
+    seeds: list[int]
+    runs: list[Run]
+    versions: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        """How many runs have ``status``."""
+        return sum(r.status == status for r in self.runs)
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a float when it is a JSON number (not a bool), else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    """``(content, None)``, or ``(None, problem)`` with ``problem`` a few words."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, UnicodeDecodeError) as e:
+        return None, f"unreadable ({getattr(e, 'strerror', None) or e})"
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+
+
+def _not_ablation(path: Path, problem: str) -> ConfigError:
+    return ConfigError(
+        f"{path}: {problem}: {path.parent} is not an ablation folder (give the --out folder of "
+        "`plugdrop ablate`, which holds ablation.json and runs/)")
+
+
+def load_ablation(out: Path | str) -> Ablation:
+    """Read an ablation folder: ``ablation.json`` and every run's folder.
+
+    Tolerant of what a killed or running ablation leaves: a truncated last line of
+    ``metrics.jsonl`` is skipped, a run without a folder is incomplete (not started), and a
+    missing or damaged ``run.json`` / ``done.json`` / ``failed.json`` gives a line in
+    :attr:`Ablation.warnings` and counts the run as incomplete. Folders under ``runs/`` that
+    ``ablation.json`` does not list are ignored.
+
+    Args:
+        out: the ablation's ``--out`` folder.
+
+    Raises:
+        ConfigError: ``out`` is not a folder, or its ``ablation.json`` is missing or damaged.
+    """
+    out = Path(out)
+    if not out.is_dir():
+        raise ConfigError(f"{out}: not a folder: give the --out folder of `plugdrop ablate`")
+    path = out / "ablation.json"
+    doc, problem = _read_json(path)
+    if problem is not None:
+        raise _not_ablation(path, problem)
+    if not isinstance(doc, dict):
+        raise _not_ablation(path, "not a JSON object")
+    if doc.get("format") != FORMAT:
+        raise ConfigError(f"{path}: format {doc.get('format')!r} is not the one this plugdrop "
+                          f"reads ({FORMAT}): use the plugdrop version that wrote it")
+    entries = doc.get("runs")
+    if not isinstance(entries, list):
+        raise _not_ablation(path, "no list of runs")
+    config_hash = doc.get("config_hash")
+    config_hash = config_hash if isinstance(config_hash, str) else None
+    ab = Ablation(out=out, config=as_dict(doc.get("config")), config_hash=config_hash,
+                  variants=[v for v in as_list(doc.get("variants")) if isinstance(v, str)],
+                  baseline=doc.get("baseline") if isinstance(doc.get("baseline"), str) else None,
+                  seeds=[s for s in as_list(doc.get("seeds"))
+                         if isinstance(s, int) and not isinstance(s, bool)],
+                  runs=[], versions=as_dict(doc.get("versions")), data=as_dict(doc.get("data")))
+    for i, e in enumerate(entries):
+        if not (isinstance(e, dict) and isinstance(e.get("id"), str)
+                and _RUN_ID.fullmatch(e["id"]) and e["id"] not in (".", "..")
+                and isinstance(e.get("variant"), str) and isinstance(e.get("seed"), int)
+                and not isinstance(e.get("seed"), bool)):
+            raise _not_ablation(path, f"runs[{i}] is not {{\"id\", \"variant\", \"seed\"}}")
+        run = Run(id=e["id"], variant=e["variant"], seed=e["seed"], path=out / "runs" / e["id"])
+        _load_run(run, config_hash, ab.warnings)
+        ab.runs.append(run)
+        if run.variant not in ab.variants:
+            ab.variants.append(run.variant)
+    return ab
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
+    """The epoch records of ``metrics.jsonl``: a damaged last line (a killed writer) is skipped
+    silently, a damaged line before it with a warning; a repeated epoch keeps its last record."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        warnings.append(f"{path}: unreadable ({e.strerror or e}); its epochs are left out")
+        return []
+    lines = [(i + 1, line) for i, line in
+             enumerate(raw.decode("utf-8", errors="replace").splitlines()) if line.strip()]
+    by_epoch: dict[int, dict[str, Any]] = {}
+    for k, (lineno, line) in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        epoch = rec.get("epoch") if isinstance(rec, dict) else None
+        if (not isinstance(rec, dict) or not isinstance(epoch, int) or isinstance(epoch, bool)
+                or epoch < 1 or number(rec.get("val_acc")) is None):
+            if k < len(lines) - 1:
+                warnings.append(f"{path}: line {lineno} is not an epoch record; skipped")
+            continue
+        by_epoch[epoch] = rec
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _load_run(run: Run, config_hash: str | None, warnings: list[str]) -> None:
+    """Fill ``run`` from its folder; see :func:`load_ablation`."""
+    run.started = run.path.is_dir() and any(run.path.iterdir())
+    if not run.started:
+        return  # its folder is absent or was just created
+    problems: list[str] = []
+    info, problem = _read_json(run.path / "run.json")
+    if problem is not None or not isinstance(info, dict):
+        problems.append(f"run.json {problem or 'is not a JSON object'}")
+    else:
+        run.info = info
+        if config_hash is not None and info.get("config_hash") not in (None, config_hash):
+            problems.append("run.json has another config_hash than ablation.json (a run of "
+                            "another config)")
+        elif info.get("variant", run.variant) != run.variant or info.get("seed",
+                                                                         run.seed) != run.seed:
+            problems.append("run.json names another variant or seed than ablation.json")
+    run.metrics = _read_metrics(run.path / "metrics.jsonl", warnings)
+    gradcam = run.path / "gradcam.png"
+    run.gradcam = gradcam if gradcam.is_file() else None
+    done_path, failed_path = run.path / "done.json", run.path / "failed.json"
+    if done_path.exists():
+        done, problem = _read_json(done_path)
+        if problem is not None or not isinstance(done, dict):
+            problems.append(f"done.json {problem or 'is not a JSON object'}")
+        else:
+            run.done = done
+            epochs = done.get("epochs")
+            if not run.metrics:
+                problems.append("finished, but metrics.jsonl has no epoch")
+            elif isinstance(epochs, int) and epochs != run.metrics[-1]["epoch"]:
+                problems.append(f"done.json says {epochs} epochs, metrics.jsonl ends at epoch "
+                                f"{run.metrics[-1]['epoch']}")
+        if not problems:
+            run.status = FINISHED
+    elif failed_path.exists():
+        failed, problem = _read_json(failed_path)
+        if problem is not None or not isinstance(failed, dict):
+            problems.append(f"failed.json {problem or 'is not a JSON object'}")
+        else:
+            lines = str(failed.get("error") or "").strip().splitlines()
+            run.error = lines[0][:300] if lines else "(no message)"
+            run.error_type = str(failed["type"]) if failed.get("type") else None
+            epoch = failed.get("epoch")
+            run.failed_epoch = epoch if isinstance(epoch, int) else None
+        if not problems:
+            run.status = FAILED
+    for p in problems:
+        warnings.append(f"{run.path}: {p}; counted as incomplete")

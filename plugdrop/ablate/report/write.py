@@ -1,0 +1,183 @@
+"""The files of an ablation's summary, rebuilt from its run folders: ``results.csv``,
+``results.json`` and the plots (:func:`write_report`), also while it runs (:class:`Rebuilder`).
+
+Every file is written atomically (a temporary file in the same folder, then :func:`os.replace`),
+so a reader never sees half a file.
+
+Example::
+
+    >>> rep = write_report(Path("runs/digits"))
+    >>> print(rep.table)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..runs import atomic_write_bytes, serialized
+from .plots import plot_drop_frac, plot_final_acc, plot_val_acc
+from .read import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablation
+from .summary import VariantSummary, summarize
+from .table import table
+
+__all__ = ["CSV_COLUMNS", "Rebuilder", "Report", "write_report"]
+
+#: The columns of ``results.csv``: one row per run and epoch.
+CSV_COLUMNS = ("variant", "seed", "epoch", "train_loss", "val_loss", "val_acc", "val_loss_ema",
+               "val_acc_ema", "epoch_time", "images_per_s", "lr")
+
+
+@dataclass
+class Report:
+    """What :func:`write_report` did.
+
+    Attributes:
+        table: the text table of :func:`table`.
+        files: every file written, plus the runs' Grad-CAM images.
+        finished, failed, incomplete: run counts.
+        warnings: the lines about damaged files (also at the end of ``table``).
+    """
+
+    table: str
+    files: list[Path]
+    finished: int
+    failed: int
+    incomplete: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def _cell(value: Any) -> str:
+    if value is None or isinstance(value, (dict, list)):
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _csv(ab: Ablation) -> bytes:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in ab.runs:
+        if r.status == FAILED:
+            continue
+        for m in r.metrics:
+            row = {**m, "variant": r.variant, "seed": r.seed}
+            w.writerow([_cell(row.get(c)) for c in CSV_COLUMNS])
+    return buf.getvalue().encode("utf-8")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become ``null``, paths strings."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _json(ab: Ablation, summary: Sequence[VariantSummary]) -> bytes:
+    runs = [{"id": r.id, "variant": r.variant, "seed": r.seed, "status": r.status,
+             "epochs": len(r.metrics), "error": r.error, "error_type": r.error_type,
+             "failed_epoch": r.failed_epoch, "done": r.done,
+             "gradcam": str(r.gradcam.relative_to(ab.out)) if r.gradcam else None,
+             "metrics": r.metrics} for r in ab.runs]
+    doc = {"format": FORMAT, "config": ab.config, "config_hash": ab.config_hash,
+           "versions": ab.versions, "data": ab.data, "variants": ab.variants,
+           "baseline": ab.baseline, "seeds": ab.seeds,
+           "counts": {s: ab.count(s) for s in (FINISHED, FAILED, INCOMPLETE)},
+           "summary": [s.as_dict() for s in summary], "runs": runs, "warnings": ab.warnings}
+    return (json.dumps(_plain(doc), indent=2, allow_nan=False) + "\n").encode("utf-8")
+
+
+def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.95) -> Report:
+    """Rebuild ``results.csv``, ``results.json`` and the plots of an ablation folder from its
+    run folders, and return the table.
+
+    ``results.csv`` has a row per epoch of every finished and incomplete run (columns
+    :data:`CSV_COLUMNS`); ``results.json`` the config, versions, data, every run's status and
+    metrics, and the summary with its statistics. Plots (``plots=True``): ``val_acc.png``,
+    ``final_acc.png`` and, when drop fractions were watched, ``drop_frac.png``. Each file is
+    replaced atomically, so this is safe while an ablation writes into the same folder.
+
+    Args:
+        out: the ablation's ``--out`` folder.
+        plots: whether to draw the PNG plots (matplotlib).
+        confidence: confidence level of the intervals and verdicts (default 0.95).
+
+    Raises:
+        ConfigError: not an ablation folder (see :func:`load_ablation`), or a file cannot be
+            written.
+    """
+    folder = Path(out)
+    if not (folder / "ablation.json").is_file():  # not an ablation: load_ablation says so
+        return _write_report(folder, plots, confidence)
+    with serialized(folder / ".report.lock"):  # one rebuild at a time: the newest wins
+        return _write_report(folder, plots, confidence)
+
+
+def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
+    ab = load_ablation(out)
+    summary = summarize(ab, confidence)
+    outputs: list[tuple[Path, bytes | None]] = [
+        (ab.out / "results.csv", _csv(ab)), (ab.out / "results.json", _json(ab, summary))]
+    if plots:
+        outputs += [(ab.out / "val_acc.png", plot_val_acc(ab, confidence)),
+                    (ab.out / "final_acc.png", plot_final_acc(summary)),
+                    (ab.out / "drop_frac.png", plot_drop_frac(ab))]
+    files = []
+    for path, data in outputs:
+        try:
+            if data is None:  # nothing to draw: no stale plot either
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+            atomic_write_bytes(path, data)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot write ({e.strerror or e}): make {ab.out} "
+                              "writable, or copy the folder and report there") from None
+        files.append(path)
+    files += [r.gradcam for r in ab.runs if r.gradcam is not None]
+    return Report(table(ab, summary), files, ab.count(FINISHED), ab.count(FAILED),
+                  ab.count(INCOMPLETE), list(ab.warnings))
+
+
+class Rebuilder:
+    """Rebuilds the summary of an ablation while it runs: the table, CSV and JSON whenever
+    called, the plots (seconds of matplotlib) at most every ``every`` seconds and at the end.
+    It never raises: a report that cannot be written is a message, never a lost run.
+
+    Args:
+        out: the ablation folder.
+        message: where a failure to write is said.
+        every: the least time between two drawings of the plots, in seconds.
+    """
+
+    def __init__(self, out: Path, message: Callable[[str], None], every: float = 60.0) -> None:
+        self.out, self.message, self.every = out, message, every
+        self.last_plots = time.monotonic()
+
+    def __call__(self, final: bool = True) -> Report | None:
+        plots = final or time.monotonic() - self.last_plots >= self.every
+        try:
+            rep = write_report(self.out, plots=plots)
+        except Exception as e:  # the report must never lose the runs
+            self.message(f"plugdrop ablate: could not write the report: {e}")
+            return None
+        if plots:
+            self.last_plots = time.monotonic()
+        return rep

@@ -1,0 +1,128 @@
+"""Locks of an ablation folder (``fcntl.flock``, dropped by the kernel when a process dies): the
+folder's own (one ablation, or its shards), one per run (one process trains a run at a time),
+and short serializing locks around reading-and-writing shared files."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from ..errors import ConfigError
+from .folder import RunDir
+
+__all__ = ["Lock", "RunLock", "claiming", "serialized"]
+
+
+@contextmanager
+def serialized(path: Path) -> Iterator[None]:
+    """Hold a blocking exclusive ``flock`` on ``path`` for the block: the processes that rebuild
+    one folder's report (shards, launcher jobs, ``plugdrop report``) then read and write it one
+    after the other, so a late writer never puts an older table over a newer one. A folder
+    that cannot hold the lock file (read-only) is read without it."""
+    try:
+        f = open(path, "a+")
+    except OSError:
+        f = None
+    try:
+        if f is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
+    finally:
+        if f is not None:
+            f.close()  # releases the lock
+
+
+class Lock:
+    """An ``fcntl.flock`` on ``OUT/.lock`` for the life of an ablation: exclusive for a whole
+    ablation, shared for one ``--shard`` of it (shards run side by side; a whole ablation and a
+    shard, or two whole ablations, refuse each other). Each run is further guarded by its
+    :class:`RunLock`."""
+
+    def __init__(self, out: Path, shared: bool = False):
+        self.path = out / ".lock"
+        self.shared = shared
+        self.file: IO[str] | None = None
+
+    def acquire(self) -> None:
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f.fileno(), (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
+                        | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()
+            f.close()
+            what = ("a whole plugdrop ablate (not a --shard) is writing into this folder"
+                    if self.shared else "another plugdrop ablate is writing into this folder")
+            raise ConfigError(f"--out {self.path.parent}: {what}"
+                              f"{f' (pid {holder})' if holder else ''}; wait "
+                              f"for it to end or choose another --out") from None
+        if not self.shared:
+            f.seek(0)
+            f.truncate()
+            f.write(str(os.getpid()))
+            f.flush()
+        self.file = f
+
+    def release(self) -> None:
+        if self.file is not None:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
+            self.file.close()
+            self.file = None
+
+
+class RunLock:
+    """An exclusive, non-blocking ``fcntl.flock`` on ``OUT/runs/<id>/.lock`` held while a process
+    trains that run, so that shards, launcher jobs and retried tasks writing into one ``--out``
+    never train the same run twice at once. The kernel drops it when the process dies."""
+
+    def __init__(self, rd: RunDir):
+        self.path = rd.path / ".lock"
+        self.file: IO[str] | None = None
+
+    def try_acquire(self, patience: float = 1.0) -> bool:
+        """Take the lock; False when another process still holds it after ``patience``
+        seconds (a driver's :meth:`held_elsewhere` probe holds it for an instant)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    f.close()
+                    return False
+                time.sleep(0.05)
+        self.file = f
+        return True
+
+    def held_elsewhere(self) -> bool:
+        """Whether some process trains this run now (probes the lock for an instant)."""
+        if not self.path.exists():
+            return False
+        if self.try_acquire(patience=0.0):
+            self.release()
+            return False
+        return True
+
+    def release(self) -> None:
+        if self.file is not None:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
+            self.file.close()
+            self.file = None
+
+
+@contextmanager
+def claiming(out: Path) -> Iterator[None]:
+    """A short, blocking exclusive lock on ``OUT/.claim`` around checking and writing
+    ``ablation.json``, so that shards starting together see each other's folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    with serialized(out / ".claim"):
+        yield

@@ -1,0 +1,140 @@
+"""The one driver loop every launcher shares, on a scripted launcher (no training): a job that
+ends before its run is submitted again up to ``--max-retries`` and then given up with a line in
+``failed.json``; a job the launcher lost fails its run; a run another process holds waits for
+it; the capacity is never exceeded; Ctrl-C cancels what runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from plugdrop.ablate import runs
+from plugdrop.ablate.launch import JobEnd, LaunchContext, LaunchOptions, Outcome, drive
+from plugdrop.ablate.launch.protocol import BUSY, ENDED, FINISHED, LOST
+from plugdrop.ablate.train import Dist
+
+
+class Job:
+    def __init__(self, run: runs.RunDir, end: JobEnd, launcher: "Scripted") -> None:
+        self.run, self.end, self.launcher = run, end, launcher
+        self.label, self.logs = f"job {run.id}", f"logs of {run.id}"
+
+    def poll(self) -> JobEnd | None:
+        if self.end.status == FINISHED:
+            self.run.path.mkdir(parents=True, exist_ok=True)
+            self.run.done(1, 0.0)
+        return self.end
+
+    def cancel(self) -> None:
+        self.launcher.cancelled.append(self.run.id)
+
+
+class View:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.seen: list[tuple[str, str]] = []
+
+    def ended(self, rd: runs.RunDir, status: str, detail: str | None) -> None:
+        self.seen.append((rd.id, status))
+
+    def update(self) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+    def close(self) -> None:
+        pass
+
+
+class Scripted:
+    """A launcher whose jobs end as a script says, one script entry per submission."""
+
+    name = "scripted"
+
+    def __init__(self, script: dict[str, list[str]], capacity: int = 2,
+                 interrupt_after: int | None = None) -> None:
+        self.script = {k: list(v) for k, v in script.items()}
+        self.cap, self.interrupt_after = capacity, interrupt_after
+        self.submitted: list[str] = []
+        self.cancelled: list[str] = []
+        self.most_at_once = 0
+        self.active = 0
+        self.held: runs.RunLock | None = None
+        self.closed = False
+
+    def start(self, ctx, todo):
+        self.view = View()
+        return self.view
+
+    def capacity(self) -> int:
+        return self.cap
+
+    def submit(self, batch):
+        if self.interrupt_after is not None and len(self.submitted) >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.submitted += [rd.id for rd in batch]
+        return [Job(rd, JobEnd(*self.script[rd.id].pop(0).split(":", 1)), self)
+                for rd in batch]
+
+    def wait(self, jobs, timeout: float) -> None:
+        if self.held is not None:  # the other process lets go of its run
+            self.held.release()
+            self.held = None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _ctx(out: Path, retries: int = 1) -> LaunchContext:
+    return LaunchContext(cfg=None, out=out, d=Dist(), data=None, progress=None,  # type: ignore
+                         options=LaunchOptions(max_retries=retries))
+
+
+def _runs(out: Path, *names: str) -> list[runs.RunDir]:
+    return [runs.RunDir(out, n, 0) for n in names]
+
+
+def test_retries_lost_jobs_and_giving_up(tmp_path):
+    out = tmp_path / "out"
+    todo = _runs(out, "a", "b", "c", "d")
+    launcher = Scripted({"a__s0": [ENDED, FINISHED], "b__s0": [f"{LOST}:the task vanished"],
+                         "c__s0": [ENDED, ENDED], "d__s0": [FINISHED]})
+    outcome = Outcome()
+    drive(launcher, _ctx(out), todo, outcome)
+    assert outcome.finished == ["a__s0", "d__s0"] and outcome.failed == ["b__s0", "c__s0"]
+    assert launcher.submitted.count("a__s0") == 2 and launcher.submitted.count("c__s0") == 2
+    lines = launcher.view.lines
+    assert "plugdrop ablate: job a__s0 of a__s0 ended before the run did; submitting it again " \
+           "(1/1)" in lines
+    assert "plugdrop ablate: run b__s0: the task vanished" in lines
+    import json
+
+    failed = json.loads((out / "runs" / "c__s0" / "failed.json").read_text())
+    assert failed["error"] == "its job ended 2 times before the run did; see logs of c__s0"
+    assert launcher.closed
+
+
+def test_a_run_another_process_holds_waits_for_it(tmp_path):
+    out = tmp_path / "out"
+    (rd,) = _runs(out, "a")
+    launcher = Scripted({"a__s0": [BUSY, FINISHED]})
+    launcher.held = runs.RunLock(rd)
+    assert launcher.held.try_acquire(patience=0.0)
+    outcome = Outcome()
+    drive(launcher, _ctx(out), [rd], outcome)
+    assert launcher.submitted == ["a__s0", "a__s0"] and outcome.finished == ["a__s0"]
+    assert ("a__s0", BUSY) in launcher.view.seen
+
+
+@pytest.mark.parametrize("capacity", [1, 3])
+def test_capacity_and_interrupt(tmp_path, capacity):
+    out = tmp_path / "out"
+    todo = _runs(out, *"abcde")
+    launcher = Scripted({f"{n}__s0": [FINISHED] for n in "abcde"}, capacity=capacity,
+                        interrupt_after=capacity)
+    outcome = Outcome()
+    drive(launcher, _ctx(out), todo, outcome)
+    assert outcome.stopped == 2 and len(launcher.submitted) == capacity
+    assert outcome.finished == [f"{n}__s0" for n in "abcde"[:capacity]]
