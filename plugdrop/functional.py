@@ -16,7 +16,7 @@ transforms check their settings once, at construction and at each schedule step,
 twins from the hooks. The twins of the functions with several kernel paths (DropBlock,
 Dropout2d, Dropout, DropPath, Gaussian noise) are their dispatch under :mod:`plugdrop._kernels`
 (``blockdrop``, ``masks``, ``noise``: the plans, caches and fast paths of each op in one
-place); the others are the ``_name`` functions here.
+place); the others are in :mod:`plugdrop._impl`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _layout
-from ._kernels import blockdrop, draws, masks, noise
+from . import _checks, _impl, _layout
+from ._kernels import blockdrop, masks, noise
 from .errors import SettingError, ShapeError
 
 __all__ = [
@@ -49,14 +49,6 @@ __all__ = [
 Number = float | torch.Tensor
 
 _RESCALE = ("expected", "count", "none")
-
-
-def _is_zero(p: Number) -> bool:
-    return not isinstance(p, torch.Tensor) and p == 0.0
-
-
-def _keep_scale(p: Number) -> Number:
-    return 1.0 / (1.0 - p)
 
 
 def drop_block(
@@ -177,14 +169,7 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
 
 def clip_grad_value(g: torch.Tensor, clip: Number) -> torch.Tensor:
     """Clamp every gradient element to ``[-clip, clip]``."""
-    return _clip_grad_value(g, _checks.tensor_or("clip", clip, _checks.positive))
-
-
-def _clip_grad_value(g: torch.Tensor, clip: Number) -> torch.Tensor:
-    if isinstance(clip, torch.Tensor):
-        clip = clip.to(g.dtype)
-        return torch.minimum(torch.maximum(g, -clip), clip)
-    return g.clamp(-clip, clip)
+    return _impl.clip_grad_value(g, _checks.tensor_or("clip", clip, _checks.positive))
 
 
 def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
@@ -196,42 +181,18 @@ def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
     for float64 gradients).
     """
     max_norm = _checks.tensor_or("max_norm", max_norm, _checks.positive)
-    return _clip_grad_norm(g, max_norm, norm_type, per_sample)
-
-
-def _clip_grad_norm(g: torch.Tensor, max_norm: Number, norm_type: float,
-                    per_sample: bool) -> torch.Tensor:
-    acc = torch.promote_types(g.dtype, torch.float32)  # float32 at least, float64 kept
-    if per_sample and g.dim() >= 2:
-        dims = tuple(range(1, g.dim()))
-        norms = torch.linalg.vector_norm(g, norm_type, dim=dims, keepdim=True, dtype=acc)
-    else:
-        norms = torch.linalg.vector_norm(g, norm_type, dtype=acc)
-    factor = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    return g * factor.to(g.dtype)
+    return _impl.clip_grad_norm(g, max_norm, norm_type, per_sample)
 
 
 def scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
     """Multiply the gradient by ``factor`` (negative reverses it, as in DANN's gradient
     reversal layer)."""
-    return _scale_grad(g, _checks.tensor_or("factor", factor, _checks.finite))
-
-
-def _scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
-    if isinstance(factor, torch.Tensor):
-        return g * factor.to(g.dtype)
-    return g * factor
+    return _impl.scale_grad(g, _checks.tensor_or("factor", factor, _checks.finite))
 
 
 def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
     """Add ``std * N(0, 1)`` noise to the gradient."""
-    return _grad_noise(g, _checks.tensor_or("std", std, _checks.non_negative))
-
-
-def _grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
-    if _is_zero(std):
-        return g
-    return g + torch.randn_like(g) * (std.to(g.dtype) if isinstance(std, torch.Tensor) else std)
+    return _impl.grad_noise(g, _checks.tensor_or("std", std, _checks.non_negative))
 
 
 # ----------------------------------------------------------------------------- mixing
@@ -294,26 +255,7 @@ def drop_head(x: torch.Tensor, p: Number, num_heads: int, *,
     _checks.tensor("x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     num_heads = _checks.count("num_heads", num_heads)
-    return _drop_head(x, p, num_heads) if training else x
-
-
-def _drop_head(x: torch.Tensor, p: Number, num_heads: int) -> torch.Tensor:
-    if x.dim() < 2 or x.shape[-1] % num_heads:
-        raise ShapeError(f"drop_head expects (B, ..., C) with C divisible by num_heads="
-                         f"{num_heads}, got shape {tuple(x.shape)}")
-    if _is_zero(p):
-        return x
-    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (num_heads,)
-    dropped = draws.bernoulli(shape, p, x.device)
-    mult = torch.where(dropped, 0.0, _keep_scale(p)).to(x.dtype)
-    return x * mult.repeat_interleave(x.shape[-1] // num_heads, dim=-1)
-
-
-def _unitwise_norm(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
-    """Norm per output unit (dim 0) for weights, of the whole tensor for biases and gains."""
-    if t.dim() <= 1:
-        return torch.linalg.vector_norm(t, dtype=acc)
-    return torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim())), keepdim=True, dtype=acc)
+    return _impl.drop_head(x, p, num_heads) if training else x
 
 
 def clip_grad_adaptive(g: torch.Tensor, param: torch.Tensor, clip: Number = 0.01,
@@ -337,16 +279,7 @@ def clip_grad_adaptive(g: torch.Tensor, param: torch.Tensor, clip: Number = 0.01
                          f"parameter's {tuple(param.shape)}")
     clip = _checks.tensor_or("clip", clip, _checks.positive)
     eps = _checks.tensor_or("eps", eps, _checks.positive)
-    return _clip_grad_adaptive(g, param, clip, eps)
-
-
-def _clip_grad_adaptive(g: torch.Tensor, param: torch.Tensor, clip: Number,
-                        eps: Number) -> torch.Tensor:
-    acc = torch.promote_types(g.dtype, torch.float32)
-    max_norm = _unitwise_norm(param.detach(), acc).clamp(min=eps) * clip
-    norm = _unitwise_norm(g, acc)
-    factor = torch.where(norm < max_norm, 1.0, max_norm / norm.clamp(min=1e-6))
-    return g * factor.to(g.dtype)
+    return _impl.clip_grad_adaptive(g, param, clip, eps)
 
 
 def centralize_grad(g: torch.Tensor, strength: Number = 1.0) -> torch.Tensor:
@@ -355,16 +288,7 @@ def centralize_grad(g: torch.Tensor, strength: Number = 1.0) -> torch.Tensor:
     (biases, norms' gains) are returned unchanged. ``strength`` in ``[0, 1]`` scales the mean
     removed (1: the paper)."""
     _checks.tensor("g", g)
-    return _centralize_grad(g, _checks.tensor_or("strength", strength, _checks.unit))
-
-
-def _centralize_grad(g: torch.Tensor, strength: Number) -> torch.Tensor:
-    if g.dim() <= 1 or _is_zero(strength):
-        return g
-    mean = g.mean(dim=tuple(range(1, g.dim())), keepdim=True)
-    if isinstance(strength, torch.Tensor):
-        return g - mean * strength.to(g.dtype)
-    return g - mean * strength
+    return _impl.centralize_grad(g, _checks.tensor_or("strength", strength, _checks.unit))
 
 
 def patchup(x: torch.Tensor, p: float, index: torch.Tensor, block_size: int | tuple[int, ...]
@@ -385,20 +309,6 @@ def patchup(x: torch.Tensor, p: float, index: torch.Tensor, block_size: int | tu
     lam = _checks.real("lam", lam)
     blocks = _checks.block_size(block_size)
     _layout.check_layout(layout)
-    return _patchup(x, p, index, blocks, lam, layout)
+    return _impl.patchup(x, p, index, blocks, lam, layout)
 
 
-def _patchup(x: torch.Tensor, p: float, index: torch.Tensor, blocks: int | tuple[int, ...],
-             lam: float, layout: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    view, restore = (x.unsqueeze(1), _squeeze1) if x.dim() == 2 else _layout.to_channels_first(
-        x, layout or "channels_first", (1, 2, 3), "patchup")
-    ones = torch.ones((view.shape[0], 1, *view.shape[2:]), device=x.device)
-    patched = blockdrop.drop_block(ones, p, blocks, True, "channels_first", None, "none") == 0
-    mixed = view[index] if lam == 0.0 else view * lam + view[index] * (1.0 - lam)
-    out = torch.where(patched, mixed, view)
-    weight = 1.0 - (1.0 - lam) * patched.sum(dtype=torch.float32) / patched.numel()
-    return restore(out), weight
-
-
-def _squeeze1(y: torch.Tensor) -> torch.Tensor:
-    return y.squeeze(1)

@@ -101,3 +101,168 @@ def test_errors_are_value_errors_with_one_base():
         pd.select(nn.Sequential(nn.Linear(1, 1)), "nope")
     with pytest.raises(pd.AttachError):
         pd.attach(nn.Sequential(nn.ReLU()), "0", pd.ClipGradNorm(1.0), where="params")
+
+
+# ------------------------------------------------------------------ ARCHITECTURE.md's rules
+
+ROOT = PACKAGE.parent
+MAX_LINES = 400
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(modules: dict[str, Path] = MODULES, top: str = "plugdrop"
+             ) -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> the plugdrop modules it imports (lazy imports included), and every private
+    name one module takes from another (``from .x import _y``, ``x._y`` of an imported
+    module)."""
+    import ast
+
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    private: list[str] = []
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text())
+        base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+        bound: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == top:
+                        edges[mod].add(a.name)
+                        bound[a.asname or top] = a.name if a.asname else top
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parent = base[:len(base) - node.level + 1]
+                    target = ".".join(parent + ([node.module] if node.module else []))
+                elif (node.module or "").split(".")[0] == top:
+                    target = node.module or ""
+                else:
+                    continue
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    if sub in modules:
+                        edges[mod].add(sub)
+                        bound[a.asname or a.name] = sub
+                    else:
+                        edges[mod].add(target)
+                        if a.name.startswith("_") and not a.name.startswith("__"):
+                            private.append(f"{mod} imports {a.name} from {target}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in bound and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and f"{bound[node.value.id]}.{node.attr}" not in modules):
+                private.append(f"{mod} uses {bound[node.value.id]}.{node.attr}")
+        edges[mod].discard(mod)
+    return edges, private
+
+
+def _layers() -> tuple[dict[str, int], dict[str, int]]:
+    """The two layer tables of ARCHITECTURE.md: library ranks and the tools' room ranks."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    block = text.split("```layers\n", 1)[1].split("```", 1)[0]
+    tables: list[dict[str, int]] = []
+    for line in block.splitlines():
+        if line.startswith("#"):
+            tables.append({})
+            continue
+        rank, _, *names = line.split()
+        tables[-1].update({name: int(rank) for name in names})
+    return tables[0], tables[1]
+
+
+def _rank(table: dict[str, int], mod: str) -> int | None:
+    """The rank of the longest name of ``table`` that is ``mod`` or a package holding it."""
+    best = max((n for n in table if mod == n or mod.startswith(n + ".")), key=len, default=None)
+    return None if best is None else table[best]
+
+
+def test_every_module_has_a_layer():
+    library, tools = _layers()
+    assert [m for m in MODULES if _rank(library, m) is None] == []
+    tool_modules = [m for m in MODULES if _rank(library, m) == library["plugdrop.ablate"]]
+    assert [m for m in tool_modules if _rank(tools, m) is None] == []
+
+
+def test_imports_go_down_the_layers_and_tools_use_the_public_api():
+    library, tools = _layers()
+    tool = library["plugdrop.ablate"]
+    edges, _ = _imports()
+    wrong = []
+    for mod, targets in edges.items():
+        for t in targets:
+            rm, rt = _rank(library, mod), _rank(library, t)
+            assert rm is not None and rt is not None, (mod, t)
+            if rm == tool and rt < tool and t != "plugdrop":
+                wrong.append(f"{mod} -> {t} (the tools use `import plugdrop` only)")
+            elif rm == tool and rt == tool and _rank(tools, t) > _rank(tools, mod):  # type: ignore[operator]
+                wrong.append(f"{mod} -> {t} (up the runner's rooms)")
+            elif rt > rm:
+                wrong.append(f"{mod} -> {t} (up the layers)")
+    assert wrong == []
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle a depth-first walk of the import graph meets (a package's face counts as a
+    module: a module that imports its own package's face closes a cycle)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges.get(m, ())):
+            if state.get(t) == 1:
+                cycles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    return cycles
+
+
+def test_the_import_graph_has_no_cycle():
+    edges, _ = _imports()
+    assert _cycles(edges) == []
+
+
+def test_no_file_is_over_400_lines():
+    long = {m: n for m, p in MODULES.items()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_no_private_name_is_taken_from_another_module():
+    _, private = _imports()
+    assert private == []
+
+
+def test_the_rule_checks_catch_what_they_look_for(tmp_path):
+    pkg = tmp_path / "toy"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import a\n")
+    (pkg / "a.py").write_text("from .sub import b\n_hidden = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from ..a import _hidden\n"
+                                      "    from .. import a\n    return a._hidden\n")
+    modules = {_module_name(p, tmp_path): p for p in sorted(pkg.rglob("*.py"))}
+    edges, private = _imports(modules, "toy")
+    assert edges["toy.a"] == {"toy.sub.b"} and edges["toy.sub.b"] == {"toy.a"}
+    assert _cycles(edges) == [["toy.a", "toy.sub.b", "toy.a"]]
+    assert private == ["toy.sub.b imports _hidden from toy.a", "toy.sub.b uses toy.a._hidden"]
+    library, tools = _layers()
+    assert _rank(library, "plugdrop._kernels.blockdrop") == library["plugdrop._kernels"]
+    assert _rank(tools, "plugdrop.ablate.launch.driver") == tools["plugdrop.ablate.launch"]
+    assert _rank(library, "plugdrop.ablate.runs.files") == library["plugdrop.ablate"]
+    assert _rank(library, "plugdrop_other") is None

@@ -18,7 +18,7 @@ from . import _structure
 from .observer import Observer
 
 
-class _Hook:
+class Hook:
     """Base of every module hook plugdrop registers."""
 
     where = ""
@@ -100,7 +100,7 @@ class _Hook:
         return None
 
 
-class OutputHook(_Hook):
+class OutputHook(Hook):
     """Forward hook: acts on (an element of) the module's output."""
 
     where = "output"
@@ -125,7 +125,7 @@ class OutputHook(_Hook):
         return self._act(module, output, self.element)
 
 
-class InputHook(_Hook):
+class InputHook(Hook):
     """Forward pre-hook (with kwargs): acts on the first positional input, or the named one."""
 
     where = "input"
@@ -164,7 +164,7 @@ class InputHook(_Hook):
         return tuple(new_args), kwargs
 
 
-class BeginHook(_Hook):
+class BeginHook(Hook):
     """Forward pre-hook on the model's root for a coordinated transform: lets it decide once
     per forward (ManifoldMixup picks its layer there)."""
 

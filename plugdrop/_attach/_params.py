@@ -16,7 +16,7 @@ import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
 from ..transforms import GradientTransform
-from ._hooks import _Hook
+from ._hooks import Hook
 
 class _ParamGradHook:
     """Tensor hook on a parameter: transforms its gradient before accumulation into .grad."""
@@ -47,7 +47,7 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return any(c.__name__ == "DTensor" for c in type(t).__mro__)
 
 
-class ParamsHook(_Hook):
+class ParamsHook(Hook):
     """Forward pre-hook for ``where="params"``; owns the tensor hooks on the parameters.
 
     Tensor hooks on parameters do not survive ``copy.deepcopy`` or pickling (torch drops them),

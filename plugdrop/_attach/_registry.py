@@ -17,7 +17,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .. import _compat, _selection
 from ..transforms import Transform
-from ._hooks import _Hook
+from ._hooks import Hook
 from ._params import ParamsHook
 
 
@@ -25,19 +25,19 @@ class Registered(NamedTuple):
     """One hook of an attachment: where it hangs, and its handle when this process made it."""
 
     module: nn.Module
-    hook: _Hook
+    hook: Hook
     removable: RemovableHandle | None
 
 
-def iter_hooks(module: nn.Module) -> Iterator[tuple[int, _Hook]]:
+def iter_hooks(module: nn.Module) -> Iterator[tuple[int, Hook]]:
     """``(key, hook)`` for every plugdrop hook registered on ``module``, pre-hooks first."""
     for d in _compat.hook_dicts(module):
         for key, hook in list(d.items()):
-            if isinstance(hook, _Hook):
+            if isinstance(hook, Hook):
                 yield key, hook
 
 
-def has_hook(module: nn.Module, hook: _Hook) -> bool:
+def has_hook(module: nn.Module, hook: Hook) -> bool:
     return any(h is hook for _, h in iter_hooks(module))
 
 
@@ -57,7 +57,7 @@ def remove(entry: Registered) -> bool:
     return found
 
 
-def scan(model: nn.Module) -> Iterator[tuple[str, nn.Module, _Hook]]:
+def scan(model: nn.Module) -> Iterator[tuple[str, nn.Module, Hook]]:
     """``(canonical layer name, module, hook)`` for every plugdrop hook on ``model``, in
     ``named_modules()`` order (wrappers seen through)."""
     for entry in _selection.walk(model):

@@ -9,8 +9,7 @@ import torch.nn as nn
 from .. import _selection
 from .._selection import Selector
 from ..errors import AttachError
-from ..transforms import CoordinatedTransform, GradientTransform, Transform
-from ..transforms.registry import catalog, names
+from ..transforms import CoordinatedTransform, GradientTransform, Transform, catalog
 from . import _registry
 from ._hooks import BeginHook, InputHook, OutputHook
 from ._params import ParamsHook
@@ -80,7 +79,7 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
     if where == "params":
         if not isinstance(transform, GradientTransform):
             raise AttachError(
-                f"where='params' takes a gradient transform ({names('gradient')}); "
+                f"where='params' takes a gradient transform ({', '.join(catalog('gradient'))}); "
                 f"{type(transform).__name__} acts on activations: use where='output' or "
                 f"'input'"
             )

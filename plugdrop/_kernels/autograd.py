@@ -25,7 +25,7 @@ from . import cext
 
 def _dense_strides(t: torch.Tensor) -> bool:
     """True if ``t`` covers exactly ``t.numel()`` consecutive storage elements (any order)."""
-    return cext._dense(t.shape, t.stride())
+    return cext.is_dense(t.shape, t.stride())
 
 
 def _zero_blocks(t: torch.Tensor, seeds: torch.Tensor, channels: int,

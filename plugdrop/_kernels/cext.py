@@ -126,7 +126,7 @@ def library() -> ctypes.CDLL | None:
     return _lib
 
 
-def _sample_layout(t: torch.Tensor) -> int | None:
+def sample_layout(t: torch.Tensor) -> int | None:
     """0 if each sample of channels-first ``t`` is [C, *spatial] contiguous, 1 if it is
     [*spatial, C] (channels last), None otherwise."""
     shape, stride = t.shape, t.stride()
@@ -152,7 +152,7 @@ def _sample_layout(t: torch.Tensor) -> int | None:
 def applies(x: torch.Tensor) -> bool:
     """Whether :func:`blockdrop` can run on ``x`` (dtype, device, rank and memory layout)."""
     return (x.dtype in _DTYPES and x.device.type == "cpu" and 3 <= x.dim() <= 5
-            and (x.is_contiguous() or _sample_layout(x) is not None)
+            and (x.is_contiguous() or sample_layout(x) is not None)
             and library() is not None)
 
 
@@ -308,7 +308,7 @@ def prepare(x: torch.Tensor, scale: torch.Tensor, thresh: tuple[int, ...],
     lib = library()
     if lib is None:
         return None
-    layout = 0 if x.is_contiguous() else _sample_layout(x)
+    layout = 0 if x.is_contiguous() else sample_layout(x)
     if layout is None:
         return None
     return Prepared(lib, x, layout, scale, thresh, blocks, shared)
@@ -330,7 +330,7 @@ def noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
     """``x + std * z`` (or ``x * (1 + std * z)``), ``z`` standard normal per element drawn
     from ``key`` by the kernel's counter-based generator, in the memory layout ``strides``;
     ``None`` if the kernel does not apply (float32 CPU tensors of a dense layout only)."""
-    if x.dtype != torch.float32 or x.device.type != "cpu" or not _dense(x.shape, strides):
+    if x.dtype != torch.float32 or x.device.type != "cpu" or not is_dense(x.shape, strides):
         return None
     lib = library()
     if lib is None:
@@ -344,7 +344,7 @@ def noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
     return out
 
 
-def _dense(shape: tuple[int, ...] | torch.Size, strides: tuple[int, ...]) -> bool:
+def is_dense(shape: tuple[int, ...] | torch.Size, strides: tuple[int, ...]) -> bool:
     """True if ``strides`` lay ``shape`` over exactly ``numel`` consecutive elements."""
     dims = sorted((st, sz) for st, sz in zip(strides, shape) if sz != 1)
     expect = 1

@@ -80,4 +80,4 @@ def applies(x: torch.Tensor, rescale: str) -> bool:
     takes, the kernel built and switched on)."""
     return (KA.USE_CEXT and rescale != "count" and x.device.type == "cpu"
             and x.dtype in (torch.float32, torch.float64) and 3 <= x.dim() <= 5
-            and cext._sample_layout(x) is not None and _kernel_built())
+            and cext.sample_layout(x) is not None and _kernel_built())

@@ -7,8 +7,9 @@
 - :mod:`.grad`    ``ClipGradValue``, ``ClipGradNorm``, ``ScaleGrad``, ``GradNoise``,
   ``ClipGradAdaptive``, ``CentralizeGrad``
 - :mod:`.mixing`  ``ManifoldMixup``, ``PatchUp``
-- :mod:`.registry` :func:`catalog`: every transform above by name and kind (each list of
-  transforms elsewhere is derived from it)
+
+:func:`catalog` lists them by name and kind: every list of transforms elsewhere (messages,
+docstrings, the runner's config) is derived from it, never written by hand.
 
 A forward transform maps an activation to a regularized activation (``transform(x)``, as in
 training); a gradient transform maps a gradient to a modified gradient (``transform(g)``) and
@@ -28,7 +29,6 @@ from .grad import (
 )
 from .mixing import ManifoldMixup, PatchUp
 from .noise import GaussianNoise
-from .registry import catalog
 
 __all__ = [
     "Transform",
@@ -50,3 +50,32 @@ __all__ = [
     "ManifoldMixup",
     "PatchUp",
 ]
+
+
+_KINDS = {"forward": ForwardTransform, "gradient": GradientTransform,
+          "coordinated": CoordinatedTransform, None: Transform}
+_BASES = ("Transform", "ForwardTransform", "GradientTransform", "CoordinatedTransform")
+
+
+def catalog(kind: str | None = None) -> dict[str, type[Transform]]:
+    """Every transform class this package exports, by name, in the order of ``__all__``.
+
+    Args:
+        kind: ``"forward"`` (transforms of activations, the coordinated ones included),
+            ``"gradient"``, ``"coordinated"`` (:class:`ManifoldMixup`, :class:`PatchUp`), or
+            ``None`` (default): all of them.
+
+    Returns:
+        ``{"DropBlock": DropBlock, ...}``; the base classes (``Transform``,
+        ``ForwardTransform``, ...) are not transforms one attaches and are left out.
+
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of forward, gradient, coordinated or None, got "
+                         f"{kind!r}")
+    want = _KINDS[kind]
+    namespace = globals()
+    return {name: cls for name in __all__ if name not in _BASES
+            and isinstance(cls := namespace[name], type) and issubclass(cls, want)}

@@ -9,8 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .. import _checks, _layout
-from .. import functional as F
+from .. import _checks, _impl, _layout
 from .._kernels import blockdrop, masks
 from ..errors import NotResidualWarning, SettingError, ShapeError
 from ..schedules import ScheduleLike
@@ -273,4 +272,4 @@ class DropHead(ForwardTransform):
         return {"num_heads": self.num_heads}
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
-        return F._drop_head(x, p, self.num_heads)
+        return _impl.drop_head(x, p, self.num_heads)

@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from .. import _checks, _compat
-from .. import functional as F
+from .. import _checks, _compat, _impl
 from ..schedules import ScheduleLike
 from .base import Check, GradientTransform
 
@@ -67,7 +66,7 @@ class ClipGradValue(_ScaledGradient):
         super().__init__(scaler, clip=(clip, _checks.positive))
 
     def apply(self, g: torch.Tensor, *, clip: float | torch.Tensor) -> torch.Tensor:
-        return F._clip_grad_value(g, clip * _loss_scale(self.scaler))
+        return _impl.clip_grad_value(g, clip * _loss_scale(self.scaler))
 
 
 class ClipGradNorm(_ScaledGradient):
@@ -94,10 +93,10 @@ class ClipGradNorm(_ScaledGradient):
         return {**opts, **super()._options()}
 
     def apply(self, g: torch.Tensor, *, max_norm: float | torch.Tensor) -> torch.Tensor:
-        return F._clip_grad_norm(g, max_norm * _loss_scale(self.scaler), self.norm_type, True)
+        return _impl.clip_grad_norm(g, max_norm * _loss_scale(self.scaler), self.norm_type, True)
 
     def _apply_param(self, g: torch.Tensor, *, max_norm: float | torch.Tensor) -> torch.Tensor:
-        return F._clip_grad_norm(g, max_norm * _loss_scale(self.scaler), self.norm_type, False)
+        return _impl.clip_grad_norm(g, max_norm * _loss_scale(self.scaler), self.norm_type, False)
 
 
 class ScaleGrad(GradientTransform):
@@ -112,7 +111,7 @@ class ScaleGrad(GradientTransform):
         super().__init__(factor=(factor, _checks.finite))
 
     def apply(self, g: torch.Tensor, *, factor: float | torch.Tensor) -> torch.Tensor:
-        return F._scale_grad(g, factor)
+        return _impl.scale_grad(g, factor)
 
 
 class GradNoise(_ScaledGradient):
@@ -127,7 +126,7 @@ class GradNoise(_ScaledGradient):
         super().__init__(scaler, std=(std, _checks.non_negative))
 
     def apply(self, g: torch.Tensor, *, std: float | torch.Tensor) -> torch.Tensor:
-        return F._grad_noise(g, std * _loss_scale(self.scaler))
+        return _impl.grad_noise(g, std * _loss_scale(self.scaler))
 
 
 class _ParamsOnly(_ScaledGradient):
@@ -176,7 +175,7 @@ class ClipGradAdaptive(_ParamsOnly):
 
     def _apply_with(self, g: torch.Tensor, param: torch.Tensor, *, clip: float | torch.Tensor,
                     eps: float | torch.Tensor) -> torch.Tensor:
-        return F._clip_grad_adaptive(g, param, clip * _loss_scale(self.scaler), eps)
+        return _impl.clip_grad_adaptive(g, param, clip * _loss_scale(self.scaler), eps)
 
 
 class CentralizeGrad(_ParamsOnly):
@@ -197,4 +196,4 @@ class CentralizeGrad(_ParamsOnly):
 
     def _apply_with(self, g: torch.Tensor, param: torch.Tensor, *,
                     strength: float | torch.Tensor) -> torch.Tensor:
-        return F._centralize_grad(g, strength)
+        return _impl.centralize_grad(g, strength)

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .. import _checks
+from .. import _checks, _impl
 from .. import functional as F
 from ..errors import SettingError
 from ..schedules import ScheduleLike
@@ -153,7 +153,7 @@ class PatchUp(_Mixing):
         if layer != self._chosen or self.last is not None:
             return x
         index = torch.randperm(x.shape[0], device=x.device)
-        out, lam = F._patchup(x, self._settings["p"].value, index, self.block_size, self._lam,
+        out, lam = _impl.patchup(x, self._settings["p"].value, index, self.block_size, self._lam,
                               self.layout)
         self._mixed(lam, index, layer)
         return out

@@ -101,3 +101,17 @@ def test_coordinated_transforms_are_told_by_protocol(tmp_path, value, message):
     with pytest.raises(ConfigError, match=message) as e:
         C.load(path)
     assert str(e.value).startswith(f"{path}:")
+
+
+def test_a_setting_added_later_enters_the_hash_only_away_from_its_default(tmp_path):
+    """Folders of earlier versions keep resuming when a setting is added: at its default it
+    is left out of the hash (``hashed=AWAY_FROM_DEFAULT``)."""
+    table = dict(C.settings())
+    table["lr"] = dataclasses.replace(table["lr"], hashed=schema.AWAY_FROM_DEFAULT)
+    at_default = C.load(write(tmp_path, GOOD)).resolved()
+    assert at_default["lr"] == schema.default("lr")
+    without = {k: v for k, v in at_default.items() if k != "lr"}
+    assert schema.fingerprint(at_default, table) == schema.fingerprint(without, table)
+    moved = dict(at_default, lr=0.1)
+    assert schema.fingerprint(moved, table) != schema.fingerprint(at_default, table)
+    assert schema.fingerprint(at_default, C.settings()) == C.load(write(tmp_path, GOOD)).hash()

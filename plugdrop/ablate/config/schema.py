@@ -19,7 +19,8 @@ from . import checks as C
 from .locations import plain
 from .variants import Variant
 
-__all__ = ["AblationConfig", "GROUPS", "Setting", "default", "setting", "settings", "unhashed"]
+__all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "Setting", "default", "fingerprint",
+           "setting", "settings", "unhashed"]
 
 #: the groups of the settings reference, in order
 GROUPS = ("Model", "Data", "Optimization", "Runs")
@@ -37,7 +38,10 @@ class Setting:
         flag: the type of its dedicated ``plugdrop ablate`` flag (``--batch-size``), if any.
         many: the flag takes several values (``--seeds 0 1 2``).
         hashed: whether it changes results, and so enters :meth:`AblationConfig.hash` (a
-            folder refuses ``--resume`` under a config whose hash differs).
+            folder refuses ``--resume`` under a config whose hash differs): ``True``,
+            ``False``, or :data:`AWAY_FROM_DEFAULT` for a setting added after ablation
+            folders existed: it enters the hash only when set to another value than its
+            default, so that the folders of earlier versions still resume.
         shown: the default as the reference shows it, when the value alone says too little.
     """
 
@@ -46,12 +50,16 @@ class Setting:
     check: C.Check | None
     flag: type | None = None
     many: bool = False
-    hashed: bool = True
+    hashed: bool | str = True
     shown: str | None = None
 
 
+#: :attr:`Setting.hashed` of a setting that enters the hash only away from its default
+AWAY_FROM_DEFAULT = "away from its default"
+
+
 def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | None,
-            flag: type | None = None, many: bool = False, hashed: bool = True,
+            flag: type | None = None, many: bool = False, hashed: bool | str = True,
             shown: str | None = None, factory: Any = None) -> Any:
     """A field of :class:`AblationConfig` carrying its :class:`Setting` (no ``default``: the
     setting is required; ``factory``: a mutable default)."""
@@ -215,11 +223,7 @@ class AblationConfig:
 
     def hash(self) -> str:
         """A fingerprint of every setting that changes results (:attr:`Setting.hashed`)."""
-        r = self.resolved()
-        for key in unhashed():
-            r.pop(key, None)
-        blob = json.dumps(r, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return fingerprint(self.resolved(), settings())
 
     def attached_layers(self) -> list[Any]:
         """The selectors of every per-layer forward transform attached to outputs in any
@@ -249,6 +253,24 @@ def default(name: str) -> Any:
     return f.default
 
 
+def fingerprint(resolved: Mapping[str, Any], table: Mapping[str, Setting]) -> str:
+    """The hash of a resolved config under the settings ``table``: the settings that do not
+    change results are left out, and those added later when at their default."""
+    r = dict(resolved)
+    for name, s in table.items():
+        if s.hashed is False or (s.hashed == AWAY_FROM_DEFAULT
+                                 and r.get(name) == _resolved_default(name)):
+            r.pop(name, None)
+    blob = json.dumps(r, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _resolved_default(name: str) -> Any:
+    value = default(name)
+    return list(value) if isinstance(value, tuple) else plain(
+        dict(value) if isinstance(value, Mapping) else value)
+
+
 def unhashed() -> list[str]:
     """The settings that do not change results (out, device, workers, log, ...)."""
-    return [name for name, s in settings().items() if not s.hashed]
+    return [name for name, s in settings().items() if s.hashed is False]

@@ -1,0 +1,111 @@
+"""The arithmetic behind :mod:`plugdrop.functional`, without its checks: the transforms check
+their settings once (at construction and at each schedule step) and call these from the hooks;
+the public functions check and call them too. Private. (The ops with several kernel paths,
+DropBlock, Dropout2d, Dropout, DropPath and Gaussian noise, have their dispatch under
+:mod:`plugdrop._kernels`.)"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _layout
+from ._kernels import blockdrop, draws
+from .errors import ShapeError
+
+__all__ = ["centralize_grad", "clip_grad_adaptive", "clip_grad_norm", "clip_grad_value",
+           "drop_head", "grad_noise", "is_zero", "keep_scale", "patchup", "scale_grad",
+           "squeeze1", "unitwise_norm"]
+
+Number = float | torch.Tensor
+
+
+def is_zero(p: Number) -> bool:
+    return not isinstance(p, torch.Tensor) and p == 0.0
+
+
+def keep_scale(p: Number) -> Number:
+    return 1.0 / (1.0 - p)
+
+
+def clip_grad_value(g: torch.Tensor, clip: Number) -> torch.Tensor:
+    if isinstance(clip, torch.Tensor):
+        clip = clip.to(g.dtype)
+        return torch.minimum(torch.maximum(g, -clip), clip)
+    return g.clamp(-clip, clip)
+
+
+def clip_grad_norm(g: torch.Tensor, max_norm: Number, norm_type: float,
+                    per_sample: bool) -> torch.Tensor:
+    acc = torch.promote_types(g.dtype, torch.float32)  # float32 at least, float64 kept
+    if per_sample and g.dim() >= 2:
+        dims = tuple(range(1, g.dim()))
+        norms = torch.linalg.vector_norm(g, norm_type, dim=dims, keepdim=True, dtype=acc)
+    else:
+        norms = torch.linalg.vector_norm(g, norm_type, dtype=acc)
+    factor = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    return g * factor.to(g.dtype)
+
+
+def scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
+    if isinstance(factor, torch.Tensor):
+        return g * factor.to(g.dtype)
+    return g * factor
+
+
+def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
+    if is_zero(std):
+        return g
+    return g + torch.randn_like(g) * (std.to(g.dtype) if isinstance(std, torch.Tensor) else std)
+
+
+def drop_head(x: torch.Tensor, p: Number, num_heads: int) -> torch.Tensor:
+    if x.dim() < 2 or x.shape[-1] % num_heads:
+        raise ShapeError(f"drop_head expects (B, ..., C) with C divisible by num_heads="
+                         f"{num_heads}, got shape {tuple(x.shape)}")
+    if is_zero(p):
+        return x
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (num_heads,)
+    dropped = draws.bernoulli(shape, p, x.device)
+    mult = torch.where(dropped, 0.0, keep_scale(p)).to(x.dtype)
+    return x * mult.repeat_interleave(x.shape[-1] // num_heads, dim=-1)
+
+
+def unitwise_norm(t: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
+    """Norm per output unit (dim 0) for weights, of the whole tensor for biases and gains."""
+    if t.dim() <= 1:
+        return torch.linalg.vector_norm(t, dtype=acc)
+    return torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim())), keepdim=True, dtype=acc)
+
+
+def clip_grad_adaptive(g: torch.Tensor, param: torch.Tensor, clip: Number,
+                        eps: Number) -> torch.Tensor:
+    acc = torch.promote_types(g.dtype, torch.float32)
+    max_norm = unitwise_norm(param.detach(), acc).clamp(min=eps) * clip
+    norm = unitwise_norm(g, acc)
+    factor = torch.where(norm < max_norm, 1.0, max_norm / norm.clamp(min=1e-6))
+    return g * factor.to(g.dtype)
+
+
+def centralize_grad(g: torch.Tensor, strength: Number) -> torch.Tensor:
+    if g.dim() <= 1 or is_zero(strength):
+        return g
+    mean = g.mean(dim=tuple(range(1, g.dim())), keepdim=True)
+    if isinstance(strength, torch.Tensor):
+        return g - mean * strength.to(g.dtype)
+    return g - mean * strength
+
+
+def patchup(x: torch.Tensor, p: float, index: torch.Tensor, blocks: int | tuple[int, ...],
+             lam: float, layout: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    view, restore = (x.unsqueeze(1), squeeze1) if x.dim() == 2 else _layout.to_channels_first(
+        x, layout or "channels_first", (1, 2, 3), "patchup")
+    ones = torch.ones((view.shape[0], 1, *view.shape[2:]), device=x.device)
+    patched = blockdrop.drop_block(ones, p, blocks, True, "channels_first", None, "none") == 0
+    mixed = view[index] if lam == 0.0 else view * lam + view[index] * (1.0 - lam)
+    out = torch.where(patched, mixed, view)
+    weight = 1.0 - (1.0 - lam) * patched.sum(dtype=torch.float32) / patched.numel()
+    return restore(out), weight
+
+
+def squeeze1(y: torch.Tensor) -> torch.Tensor:
+    return y.squeeze(1)
