@@ -40,26 +40,7 @@ from .observe import (
     watch,
 )
 from .schedules import LayerValue, Schedule, by_depth, cosine, linear, piecewise, warmup
-from .transforms import (
-    CentralizeGrad,
-    ClipGradAdaptive,
-    ClipGradNorm,
-    ClipGradValue,
-    CoordinatedTransform,
-    DropBlock,
-    DropHead,
-    Dropout,
-    Dropout2d,
-    DropPath,
-    ForwardTransform,
-    GaussianNoise,
-    GradientTransform,
-    GradNoise,
-    ManifoldMixup,
-    PatchUp,
-    ScaleGrad,
-    Transform,
-)
+from .transforms import *  # noqa: F403  (every transform: a new one is exported here at once)
 
 __version__ = "0.1.0"
 
