@@ -10,10 +10,10 @@ import torch
 
 from . import _layout
 from ._kernels import blockdrop, draws
-from .errors import ShapeError
+from .errors import SettingError, ShapeError
 
-__all__ = ["centralize_grad", "clip_grad_adaptive", "clip_grad_norm", "clip_grad_value",
-           "drop_head", "grad_noise", "is_zero", "keep_scale", "patchup", "scale_grad",
+__all__ = ["TOKEN_LAYOUTS", "centralize_grad", "check_token_layout", "clip_grad_adaptive",
+           "clip_grad_norm", "clip_grad_value", "drop_head", "drop_token", "grad_noise", "is_zero", "keep_scale", "patchup", "scale_grad",
            "squeeze1", "unitwise_norm"]
 
 Number = float | torch.Tensor
@@ -109,3 +109,40 @@ def patchup(x: torch.Tensor, p: float, index: torch.Tensor, blocks: int | tuple[
 
 def squeeze1(y: torch.Tensor) -> torch.Tensor:
     return y.squeeze(1)
+
+
+#: the layouts DropToken reads
+TOKEN_LAYOUTS = ("tokens", "channels_first", "channels_last")
+
+
+def check_token_layout(layout: str) -> None:
+    if layout not in TOKEN_LAYOUTS:
+        raise SettingError(f"drop_token's layout must be one of {TOKEN_LAYOUTS}, got "
+                           f"{layout!r}")
+
+
+def drop_token(x: torch.Tensor, p: Number, layout: str, prefix_tokens: int | None
+               ) -> torch.Tensor:
+    """Zero whole tokens (the channel vector at a position) with probability ``p``, the
+    ``prefix_tokens`` leading ones of a sequence kept, the others rescaled by ``1/(1-p)``."""
+    prefix = prefix_tokens or 0
+    if layout == "tokens":
+        if x.dim() != 3:
+            raise ShapeError(f"drop_token with layout='tokens' expects tokens (B, N, C), got "
+                             f"shape {tuple(x.shape)}; pass layout='channels_first' for maps "
+                             f"(B, C, *spatial) or layout='channels_last' for (B, *spatial, C)")
+        if prefix >= x.shape[1]:
+            raise ShapeError(f"drop_token: prefix_tokens={prefix} leaves no token of the "
+                             f"{x.shape[1]} in shape {tuple(x.shape)} to drop")
+    elif x.dim() < 3:
+        raise ShapeError(f"drop_token with layout={layout!r} expects maps with a batch, a "
+                         f"channel and at least one spatial dim, got shape {tuple(x.shape)}")
+    if is_zero(p):
+        return x
+    if layout == "channels_first":
+        return x * draws.keep_multiplier(x, (x.shape[0], 1, *x.shape[2:]), p, True)
+    if not prefix:
+        return x * draws.keep_multiplier(x, (*x.shape[:-1], 1), p, True)
+    mult = draws.keep_multiplier(x, (x.shape[0], x.shape[1] - prefix, 1), p, True)
+    keep = torch.ones((x.shape[0], prefix, 1), dtype=mult.dtype, device=mult.device)
+    return x * torch.cat([keep, mult], dim=1)

@@ -33,6 +33,7 @@ __all__ = [
     "dropout2d",
     "dropout",
     "drop_path",
+    "drop_token",
     "gaussian_noise",
     "clip_grad_value",
     "clip_grad_norm",
@@ -151,6 +152,37 @@ def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
     _checks.tensor("x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     return masks.drop_path(x, p, scale_by_keep) if training else x
+
+
+def drop_token(x: torch.Tensor, p: Number, *, layout: str = "tokens",
+               prefix_tokens: int | None = None, training: bool = True) -> torch.Tensor:
+    """Drop whole tokens: zero the feature vector of each position independently per sample
+    with probability ``p``, and rescale the kept ones by ``1 / (1 - p)``.
+
+    Args:
+        x: ``(B, N, C)`` tokens (``layout="tokens"``, the default: a ViT's sequence, an
+            LSTM's or a transformer encoder's); ``(B, C, *spatial)`` maps with
+            ``layout="channels_first"`` (a token is then the vector of channels at one
+            position); ``(B, *spatial, C)`` with ``layout="channels_last"``.
+        p: token drop probability in ``[0, 1)``.
+        prefix_tokens: with ``layout="tokens"``, leading tokens (class, distillation,
+            registers) that are never dropped. Default ``None``: none.
+        training: apply only if ``True``; otherwise return ``x``.
+
+    Returns:
+        A tensor like ``x``.
+
+    Raises:
+        SettingError: ``p`` outside ``[0, 1)``, an unknown ``layout``, a negative
+            ``prefix_tokens``.
+        ShapeError: ``layout="tokens"`` on a tensor that is not ``(B, N, C)``, or with
+            ``prefix_tokens >= N``; a map layout on a tensor without a spatial dim.
+    """
+    _checks.tensor("x", x)
+    p = _checks.tensor_or("p", p, _checks.probability)
+    _impl.check_token_layout(layout)
+    _layout.check_prefix(prefix_tokens)
+    return _impl.drop_token(x, p, layout, prefix_tokens) if training else x
 
 
 def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False,

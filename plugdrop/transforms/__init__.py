@@ -2,7 +2,8 @@
 
 - :mod:`.base`    ``Transform``, ``ForwardTransform``, ``GradientTransform``,
   ``CoordinatedTransform`` and scheduled settings
-- :mod:`.drop`    ``DropBlock``, ``Dropout2d``, ``Dropout``, ``DropPath``, ``DropHead``
+- :mod:`.drop`    ``DropBlock``, ``Dropout2d``, ``Dropout``, ``DropPath``, ``DropHead``,
+  ``DropToken``
 - :mod:`.noise`   ``GaussianNoise``
 - :mod:`.grad`    ``ClipGradValue``, ``ClipGradNorm``, ``ScaleGrad``, ``GradNoise``,
   ``ClipGradAdaptive``, ``CentralizeGrad``
@@ -18,7 +19,7 @@ nothing about hooks.
 """
 
 from .base import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
-from .drop import DropBlock, DropHead, Dropout, Dropout2d, DropPath
+from .drop import DropBlock, DropHead, Dropout, Dropout2d, DropPath, DropToken
 from .grad import (
     CentralizeGrad,
     ClipGradAdaptive,
@@ -40,6 +41,7 @@ __all__ = [
     "Dropout",
     "DropPath",
     "DropHead",
+    "DropToken",
     "GaussianNoise",
     "ClipGradValue",
     "ClipGradNorm",

@@ -15,7 +15,7 @@ from ..errors import NotResidualWarning, SettingError, ShapeError
 from ..schedules import ScheduleLike
 from .base import Check, ForwardTransform, Site
 
-__all__ = ["DropBlock", "Dropout2d", "Dropout", "DropPath", "DropHead"]
+__all__ = ["DropBlock", "Dropout2d", "Dropout", "DropPath", "DropHead", "DropToken"]
 
 
 class _Layout(ForwardTransform):
@@ -273,3 +273,54 @@ class DropHead(ForwardTransform):
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return _impl.drop_head(x, p, self.num_heads)
+
+
+class DropToken(ForwardTransform):
+    """Drop whole tokens per sample with probability ``p``, rescaling the kept ones by
+    ``1 / (1 - p)``; a token is the feature vector at one position.
+
+    Attach it where a token sequence flows: a ViT's ``pos_drop`` or its ``blocks.*`` (timm's
+    class and register tokens are read from the model and never dropped), an encoder's
+    layers; or, with ``layout="channels_first"``, to conv maps, where it drops every channel
+    of a position at once.
+
+    Args:
+        p: token drop probability in ``[0, 1)``; a number, a schedule or
+            :func:`plugdrop.by_depth`.
+        layout: ``"tokens"`` (default, ``(B, N, C)``), ``"channels_first"``
+            (``(B, C, *spatial)``) or ``"channels_last"`` (``(B, *spatial, C)``).
+        prefix_tokens: leading tokens kept with ``layout="tokens"``. Default: from the
+            model at attach (timm's ``num_prefix_tokens``), else none.
+
+    Shape: as ``layout`` says; output of the same shape, dtype and memory format.
+
+    Raises:
+        SettingError: a bad ``p``, ``layout`` or ``prefix_tokens``.
+        ShapeError: at the forward, a tensor the layout does not fit (naming the layer).
+    """
+
+    def __init__(self, p: ScheduleLike, *, layout: str = "tokens",
+                 prefix_tokens: int | None = None) -> None:
+        super().__init__(p=(p, _checks.probability))
+        _impl.check_token_layout(layout)
+        _layout.check_prefix(prefix_tokens)
+        if prefix_tokens is not None and layout != "tokens":
+            raise SettingError(f"prefix_tokens describes token sequences: pass "
+                               f"layout='tokens' with it (got layout={layout!r})")
+        self.layout = layout
+        self.prefix_tokens = prefix_tokens
+
+    def _options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {} if self.layout == "tokens" else {"layout": self.layout}
+        if self.prefix_tokens is not None:
+            opts["prefix_tokens"] = self.prefix_tokens
+        return opts
+
+    def _check_layer(self, name: str, module: object, model: object = None) -> None:
+        """The class and register tokens of a timm model, when not given."""
+        prefix = getattr(model, "num_prefix_tokens", None)
+        if self.layout == "tokens" and self.prefix_tokens is None and isinstance(prefix, int):
+            self.prefix_tokens = prefix
+
+    def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
+        return _impl.drop_token(x, p, self.layout, self.prefix_tokens)

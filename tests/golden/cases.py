@@ -280,6 +280,13 @@ CASES: list[Case] = [
     Case("drop_head/tensor-p", functional(lambda x: F.drop_head(x, _tensor(0.4), 4),
                                           (6, 5, 8))),
     Case("DropHead/hooked", hooked(lambda: pd.DropHead(0.4, num_heads=4), (6, 5, 8))),
+    # ------------------------------------------------------------------ DropToken
+    Case("drop_token/tokens-prefix", functional(
+        lambda x: F.drop_token(x, 0.3, prefix_tokens=1), (4, 9, 5))),
+    Case("drop_token/channels-first", functional(
+        lambda x: F.drop_token(x, 0.3, layout="channels_first"), MAP)),
+    Case("drop_token/tensor-p", functional(lambda x: F.drop_token(x, _tensor(0.3)), (4, 9, 5))),
+    Case("DropToken/hooked", hooked(lambda: pd.DropToken(0.3, prefix_tokens=1), (4, 9, 5))),
     # ------------------------------------------------------------------ noise
     Case("gaussian_noise/kernel", functional(lambda x: F.gaussian_noise(x, 0.2), BIG)),
     Case("gaussian_noise/kernel-multiplicative",

@@ -1,5 +1,5 @@
-"""DropBlock, Dropout2d, Dropout, DropPath: the conformance suite, then their statistics
-(DropBlock's own are in test_dropblock.py)."""
+"""DropBlock, Dropout2d, Dropout, DropPath, DropToken: the conformance suite, then their
+statistics (DropBlock's own are in test_dropblock.py)."""
 
 import pytest
 import torch
@@ -32,6 +32,13 @@ class TestDropout(ForwardConformance):
 class TestDropPath(ForwardConformance):
     def make(self, value):
         return pd.DropPath(value)
+
+
+class TestDropTokenOnMaps(ForwardConformance):
+    """The conformance suite's maps: a token is the channel vector at a position."""
+
+    def make(self, value):
+        return pd.DropToken(value, layout="channels_first")
 
 
 def test_probability_one_is_refused_with_the_reason():
@@ -128,3 +135,57 @@ def test_drop_head_on_timm_attention_projection_input():
     assert h.calls == {"blocks.0.attn.proj": 1, "blocks.1.attn.proj": 1}
     with pytest.raises(pd.ShapeError, match="num_heads=5"):
         pd.functional.drop_head(torch.randn(2, 3, 12), 0.1, 5)
+
+
+@pytest.mark.parametrize("prefix", [0, 2])
+def test_drop_token_drops_whole_tokens_at_rate_p_and_keeps_the_prefix(prefix):
+    x = torch.rand(64, 50, 8) + 0.5
+    torch.manual_seed(0)
+    y = pd.functional.drop_token(x, 0.3, prefix_tokens=prefix)
+    dropped = y == 0
+    assert torch.equal(dropped.all(-1), dropped.any(-1))  # all channels of a token or none
+    assert not dropped[:, :prefix].any()
+    frac = dropped[:, prefix:].all(-1).float().mean(1)  # per sample
+    assert abs(frac.mean().item() - 0.3) < sigma_tol(frac)
+    kept = ~dropped.any(-1, keepdim=True).expand_as(x)
+    kept[:, :prefix] = False
+    assert torch.allclose(y[kept], x[kept] / 0.7)
+    assert torch.equal(y[:, :prefix], x[:, :prefix])
+
+
+@pytest.mark.parametrize("layout,shape,channel", [("channels_first", (32, 4, 6, 6), 1),
+                                                  ("channels_last", (32, 6, 6, 4), -1)])
+def test_drop_token_on_maps_drops_every_channel_of_a_position(layout, shape, channel):
+    x = torch.rand(shape) + 0.5
+    y = pd.functional.drop_token(x, 0.25, layout=layout)
+    dropped = y == 0
+    assert torch.equal(dropped.all(channel), dropped.any(channel))
+    frac = dropped.all(channel).float().flatten(1).mean(1)
+    assert abs(frac.mean().item() - 0.25) < sigma_tol(frac)
+
+
+def test_drop_token_reads_the_prefix_tokens_of_a_timm_model():
+    timm = pytest.importorskip("timm")
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1,
+                            reg_tokens=3).train()
+    h = pd.attach(vit, "blocks.0", pd.DropToken(0.9))
+    assert h.transform.prefix_tokens == vit.num_prefix_tokens == 4
+    with pd.capture(vit, "blocks.0") as out:  # what the next module receives
+        vit(torch.randn(4, 3, 32, 32))
+    tokens = out["blocks.0"]
+    assert not (tokens[:, :4] == 0).all(-1).any() and (tokens[:, 4:] == 0).all(-1).any()
+
+
+def test_drop_token_errors_name_the_fix():
+    with pytest.raises(pd.ShapeError, match="layout='channels_first'"):
+        pd.functional.drop_token(torch.ones(2, 3, 4, 4), 0.1)
+    with pytest.raises(pd.ShapeError, match="prefix_tokens=5 leaves no token"):
+        pd.functional.drop_token(torch.ones(2, 5, 4), 0.1, prefix_tokens=5)
+    with pytest.raises(pd.SettingError, match="layout"):
+        pd.DropToken(0.1, layout="sequence")
+    with pytest.raises(pd.SettingError, match="layout='tokens'"):
+        pd.DropToken(0.1, layout="channels_first", prefix_tokens=1)
+    m = torch.nn.Sequential(torch.nn.Identity()).train()
+    pd.attach(m, "0", pd.DropToken(0.1))
+    with pytest.raises(pd.ShapeError, match="DropToken on layer '0'.*layout='channels_first'"):
+        m(torch.ones(2, 3, 4, 4))
