@@ -48,7 +48,7 @@ def test_the_hash_leaves_out_exactly_the_unhashed_settings(tmp_path):
     base = C.load(write(tmp_path, GOOD))
     changes = {"out": "elsewhere", "device": "cpu", "workers": 3, "log": "tensorboard",
                "lr": 0.1, "epochs": 2, "image_size": 12, "amp": "bf16"}
-    assert set(C.unhashed()) <= set(changes)
+    assert {"out", "device", "workers", "log"} <= set(C.unhashed())
     for key, value in changes.items():
         other = C.load(write(tmp_path, GOOD), C.parse_overrides([f"{key}={value}"]))
         assert (other.hash() == base.hash()) == (key in C.unhashed()), key
