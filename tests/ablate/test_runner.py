@@ -380,3 +380,40 @@ def test_a_regularizer_that_never_runs_is_refused_before_training(tmp_path, caps
     err = capsys.readouterr().err
     assert err.startswith(f"plugdrop ablate: {path}:") and "Dropout2d never ran at 'spare'" in err
     assert not (tmp_path / "out" / "runs" / "baseline__s0" / "done.json").exists()
+
+
+def test_compile_setting_trains_the_compiled_model_with_its_attachments(tmp_path, capsys):
+    """``compile:`` wraps the model (after attaching, so the hooks are traced with it): the
+    run trains, the DropBlock inside the compiled graph runs (its calls are counted there),
+    and its drop fraction is measured as in eager mode."""
+    text = SMALL.replace("epochs: 2", "epochs: 1").replace(
+        "gradcam: false", "gradcam: false\ncompile: {backend: aot_eager}")
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    rec = metrics(out, "dropblock__s0")[-1]
+    assert rec["calls"]["DropBlock@layer1.*"] >= 2 * rec["step"]  # two layers, every step
+    assert abs(rec["watch"]["layer1.0/drop_frac"] - 0.1) < 0.03
+    from plugdrop.ablate import config as C
+    from plugdrop.ablate.execute import load_data
+    from plugdrop.ablate.train import Dist, Trainer
+
+    cfg = C.load(write(tmp_path, text))
+    assert cfg.compile == {"backend": "aot_eager", "mode": None}
+    trainer = Trainer.create(cfg, cfg.variant("dropblock"), 0, load_data(cfg), Dist(), 0)
+    try:
+        assert type(trainer.net).__name__ == "OptimizedModule" and trainer.net is not \
+            trainer.model
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("value,message", [
+    ("nosuch", "compile: 'nosuch' is no torch.compile backend"),
+    ("{backend: inductor, mode: fast}", "compile mode must be one of default"),
+    ("{backend: inductor, fullgraph: true}", "compile must be true, false, a torch.compile"),
+])
+def test_compile_mistakes_are_one_line(tmp_path, capsys, value, message):
+    assert main(["ablate", str(write(tmp_path, SMALL)), "--list", "--set",
+                 f"compile={value}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--set compile: {message}" in err and err.count("\n") == 1, err

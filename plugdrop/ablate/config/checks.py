@@ -226,3 +226,32 @@ def log(v: Value) -> Any:
     v.need(isinstance(v.value, list) and all(x == "tensorboard" for x in v.value),
            "a list of loggers: [tensorboard] or []")
     return tuple(v.value)
+
+
+_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_model(v: Value) -> Any:
+    """``false`` | ``true`` (inductor) | a backend name | ``{backend, mode}`` ->
+    ``false`` or ``{backend, mode}``."""
+    import torch
+
+    if v.value is None or v.value is False:
+        return False
+    if v.value is True:
+        v.value = {"backend": "inductor"}
+    elif isinstance(v.value, str):
+        v.value = {"backend": v.value}
+    v.need(isinstance(v.value, Mapping) and not set(v.value) - {"backend", "mode"},
+           "true, false, a torch.compile backend or {backend: NAME, mode: MODE}")
+    backend = v.value.get("backend", "inductor")
+    known = torch.compiler.list_backends(exclude_tags=())
+    if backend not in known:
+        raise fail(v.at("backend"), f"compile: {backend!r} is no torch.compile backend"
+                                    f"{suggest(backend, known)}; this torch has "
+                                    f"{', '.join(torch.compiler.list_backends())}")
+    mode = v.value.get("mode")
+    if mode is not None and mode not in _COMPILE_MODES:
+        raise fail(v.at("mode"), f"compile mode must be one of {', '.join(_COMPILE_MODES)}, "
+                                 f"got {mode!r}{suggest(mode, _COMPILE_MODES)}")
+    return {"backend": backend, "mode": mode}

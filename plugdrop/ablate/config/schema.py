@@ -155,6 +155,11 @@ class AblationConfig:
              "gradient transforms receive as `scaler=`)")
     channels_last: bool = setting(False, group="Optimization", check=C.boolean,
                                   help="train in the channels-last memory format")
+    compile: Mapping[str, Any] | bool = setting(
+        False, group="Optimization", check=C.compile_model, hashed=False,
+        help="`torch.compile` the model: `true` (inductor), a backend name, or `{backend, "
+             "mode}`; plugdrop's attachments are compiled with it (a schedule ramps without "
+             "recompiling)")
     ema: float | None = setting(
         None, group="Optimization", check=C.ema,
         help="timm's `ModelEmaV3`: `true` (decay 0.9998) or a decay; its accuracy is "

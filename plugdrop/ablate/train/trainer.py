@@ -101,6 +101,9 @@ class Trainer:
         if d.active and ddp:
             net = nn.parallel.DistributedDataParallel(
                 model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+        if isinstance(cfg.compile, Mapping):  # after attaching: hooks traced with the model
+            net = torch.compile(net, backend=cfg.compile["backend"],  # type: ignore[assignment]
+                                mode=cfg.compile["mode"])
         return cls(cfg, variant, seed, data, d, workers, model, net, optimizer, scheduler,
                    scaler, ema, handles, watch, steps, batch)
 
