@@ -101,7 +101,7 @@ def assert_resumed(out: Path, run: str, first_line: str, launcher: str) -> None:
     (["--shard", "0/2"], "--shard 0/2: shards count from 1"),
     (["--shard", "3/2"], "--shard 3/2: there are only 2 shards"),
     (["--shard", "1/0"], "--shard 1/0: N must be at least 1"),
-    (["--launcher", "slurm"], "--launcher 'slurm': choose one of local, submitit, ray"),
+    (["--launcher", "slurm"], "--launcher 'slurm': choose one of local, processes, submitit, ray"),
     (["--address", "x:1"], "--address is an option of --launcher ray, not of --launcher local"),
     (["--launcher", "ray", "--cpus-per-run", "0"], "--cpus-per-run 0: must be at least 1"),
     (["--launcher", "ray", "--address", "127.0.0.1:1"],
@@ -313,3 +313,40 @@ def test_data_parallel_run_through_torchrun_inside_a_submitit_job(tmp_path):
     assert [a["launcher"] for a in attempts(out, "baseline__s0")] == ["submitit"]
     logs = "".join(p.read_text() for p in (out / ".submitit").rglob("*.err"))
     assert "Traceback" not in logs, logs[-2000:]
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def test_processes_two_at_once_and_a_killed_one_resumes(tmp_path, ref):
+    """``--launcher processes``: two runs at once, each a process of its own; one killed
+    (SIGKILL) after its first epoch is started again by the driver and resumes at epoch 2."""
+    out = tmp_path / "out"
+    driver = popen("ablate", str(write(tmp_path, CFG)), "--out", str(out), "--launcher",
+                   "processes", "--max-parallel", "2")
+    killed = kill_after_first_epoch(out, "dropblock__s0", signal.SIGKILL, driver)
+    printed, err = driver.communicate(timeout=300)
+    assert driver.returncode == 0, err[-3000:]
+    assert "4 runs to train through processes" in printed
+    assert_resumed(out, "dropblock__s0", killed, "processes")
+    assert "ended before the run did; submitting it again (1/3)" in err
+    assert "done 4, failed 0" in err
+    assert rows(out) == rows(ref)
+    assert table(out) == table(ref)
+    log = (out / ".processes" / "dropblock__s0.log").read_text()
+    assert "resuming at epoch 2" in log
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--launcher", "processes", "--timeout-min", "5"],
+     "--timeout-min is an option of --launcher submitit, not of --launcher processes"),
+    (["--launcher", "processes", "--gpus-per-run", "64"],
+     "--gpus-per-run 64: this machine has"),
+    (["--launcher", "processes", "--max-parallel", "0"], "--max-parallel 0: must be at least 1"),
+], ids=["not-its-option", "gpus", "parallel"])
+def test_processes_mistakes_are_one_line(tmp_path, capsys, flags, message):
+    assert main(["ablate", str(write(tmp_path, CFG)), "--out", str(tmp_path / "o"),
+                 *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()

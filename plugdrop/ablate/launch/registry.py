@@ -34,6 +34,8 @@ class Entry:
 
 _ENTRIES = (
     Entry("local", "local", "LocalLauncher", (), "here, one run after another"),
+    Entry("processes", "processes", "ProcessesLauncher", _PER_RUN,
+          "in processes of their own on this machine, several at once (each with its GPUs)"),
     Entry("submitit", "submitit", "SubmititLauncher",
           _PER_RUN + ("timeout_min", "slurm_partition", "slurm_cluster"),
           "as Slurm jobs (one array job)", "submitit", "slurm"),

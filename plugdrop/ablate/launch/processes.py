@@ -1,0 +1,150 @@
+"""``--launcher processes``: every run in a process of its own on this machine, several at once.
+
+For a workstation with several GPUs (or CPUs to spare) and no Slurm or Ray: no extra package.
+At most ``--max-parallel`` runs train at once (default: GPUs / ``--gpus-per-run`` when runs take
+GPUs, else CPUs / ``--cpus-per-run``); each process sees only its own GPUs
+(``CUDA_VISIBLE_DEVICES``) and uses ``--cpus-per-run`` torch threads. A process that dies
+(killed, out of memory) is started again by the driver (``--max-retries``) and resumes from its
+run's last checkpoint; Ctrl-C stops every process at its next step boundary, keeping the
+finished epochs. A run that is itself data-parallel (``--nproc-per-run N``) is started through
+torchrun.
+
+Logs: ``OUT/.processes/<run id>.log`` (every attempt appended).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+from ..errors import ConfigError
+from ..execute import BUSY, FAILED, FINISHED
+from ..runs import RunDir
+from .monitor import Monitor
+from .options import LaunchOptions
+from .protocol import ENDED, LOST, Job, JobEnd, LaunchContext, View
+
+__all__ = ["ProcessesLauncher"]
+
+#: seconds a process gets to stop at a step boundary after SIGTERM before it is killed
+GRACE_S = 30.0
+
+
+def _visible_gpus() -> list[str]:
+    """The GPUs this process may hand out: ``CUDA_VISIBLE_DEVICES`` if set, else all."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+class _Process:
+    """One run's process."""
+
+    def __init__(self, run: RunDir, popen: subprocess.Popen, gpus: list[str], log: Path,
+                 log_file: IO[bytes], launcher: ProcessesLauncher) -> None:
+        self.run, self.popen, self.gpus = run, popen, gpus
+        self.label = f"process {popen.pid}"
+        self.logs = str(log)
+        self.log_file = log_file
+        self.launcher = launcher
+
+    def poll(self) -> JobEnd | None:
+        code = self.popen.poll()
+        if code is None:
+            return None
+        self._ended()
+        from ..worker import status_after
+
+        status = status_after(self.launcher.out, self.run.id, code)
+        if status in (FINISHED, FAILED, BUSY):
+            return JobEnd(status)
+        if code == 2:  # a mistake met by the process (its last line says which)
+            return JobEnd(LOST, f"its process stopped on a mistake: {self._last_line()}")
+        return JobEnd(ENDED)
+
+    def _last_line(self) -> str:
+        try:
+            lines = Path(self.logs).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return f"see {self.logs}"
+        return lines[-1] if lines else f"see {self.logs}"
+
+    def _ended(self) -> None:
+        if not self.log_file.closed:
+            self.log_file.close()
+            self.launcher.free_gpus(self.gpus)
+
+    def cancel(self) -> None:
+        """SIGTERM: the run stops at its next step boundary (its finished epochs kept); killed
+        after :data:`GRACE_S` seconds."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self._ended()
+
+
+class ProcessesLauncher:
+    """Starts one process per run on this machine and watches their folders."""
+
+    name = "processes"
+
+    def __init__(self, options: LaunchOptions) -> None:
+        self.options = options
+        self.gpus = _visible_gpus() if options.gpus_per_run else []
+        if options.gpus_per_run > len(self.gpus):
+            have = f"{len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''}"
+            raise ConfigError(f"--gpus-per-run {options.gpus_per_run}: this machine has {have} "
+                              f"for the runs; lower --gpus-per-run (0 trains on the CPU)")
+        self.free = list(self.gpus)
+
+    def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
+        ctx.progress.close()  # the driver's view of the run folders takes over
+        self.out = ctx.out.resolve()
+        (self.out / ".processes").mkdir(parents=True, exist_ok=True)
+        return Monitor(ctx.out, todo)
+
+    def capacity(self) -> int:
+        o = self.options
+        if o.gpus_per_run:
+            most = len(self.gpus) // o.gpus_per_run
+        else:
+            most = max(1, (os.cpu_count() or 1) // max(1, o.cpus_per_run))
+        return min(most, o.max_parallel) if o.max_parallel else most
+
+    def free_gpus(self, gpus: list[str]) -> None:
+        self.free += gpus
+
+    def submit(self, runs: list[RunDir]) -> list[Job]:
+        from ..worker import job_command
+
+        o = self.options
+        jobs: list[Job] = []
+        for rd in runs:
+            gpus, self.free = self.free[:o.gpus_per_run], self.free[o.gpus_per_run:]
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus),
+                       OMP_NUM_THREADS=str(o.cpus_per_run))
+            log = self.out / ".processes" / f"{rd.id}.log"
+            log_file = open(log, "ab")
+            popen = subprocess.Popen(
+                job_command(self.out, rd.id, nproc=o.nproc_per_run, launcher=self.name,
+                            threads=o.cpus_per_run),
+                stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            jobs.append(_Process(rd, popen, gpus, log, log_file, self))
+        return jobs
+
+    def wait(self, jobs: list[Job], timeout: float) -> None:
+        time.sleep(min(timeout, 0.2))
+
+    def close(self) -> None:
+        pass
