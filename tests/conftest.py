@@ -39,6 +39,16 @@ class Net(nn.Module):
 
 
 @pytest.fixture
+def one_thread():
+    """One torch thread, as in the runner's subprocesses and every launcher's job
+    (OMP_NUM_THREADS=1): the same float summation order."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
 def net():
     return Net()
 

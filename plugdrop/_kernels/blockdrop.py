@@ -18,7 +18,6 @@ checked (:func:`dropout2d_eager`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,7 +30,7 @@ from . import cext, dense, draws, geometry
 from . import ops as kernel_ops
 
 __all__ = ["FUSED_MAX_MAP", "FUSED_MIN_NUMEL", "FusedPlan", "drop_block", "dropout2d",
-           "dropout2d_eager", "dropout2d_fused"]
+           "dropout2d_cached", "dropout2d_fused", "remember_map"]
 
 Number = float | torch.Tensor
 
@@ -238,24 +237,30 @@ def dropout2d(x: torch.Tensor, p: Number, layout: str | None,
 _CHECKED_MAPS: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
-def dropout2d_eager(x: torch.Tensor, p: float, layout: str | None, prefix_tokens: int | None,
-                    general: Callable[[], torch.Tensor]) -> torch.Tensor:
+def dropout2d_cached(x: torch.Tensor, p: float, layout: str | None,
+                     prefix_tokens: int | None) -> torch.Tensor | None:
     """Dropout2d in eager mode from a hook: tensors the fused kernel takes go to
     :func:`dropout2d` (its cached plan) with the float ``p``; channels-first float maps of a
-    shape checked before get their mask in two torch calls; anything else takes ``general()``
-    (the transform's checked path, which raises on a bad shape naming the layer)."""
+    shape checked before get their mask in two torch calls. ``None`` for anything else: the
+    caller takes its checked path (which raises on a bad shape, naming the layer), then
+    :func:`remember_map`."""
     if dropout2d_fused(x):
         if x.is_floating_point() and (layout is None or layout == "channels_first"):
             return dropout2d(x, p, layout, prefix_tokens)
-        return general()
+        return None
     key = (x.shape, x.dtype, x.device, layout)
     ones = _CHECKED_MAPS.get(key)
     if ones is None:
-        y = general()  # checks the shape, raising on a bad one
-        if x.is_floating_point() and (layout is None or layout == "channels_first"):
-            draws.remember_ones(_CHECKED_MAPS, key,
-                                (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2))
-        return y
+        return None
     if p == 0.0:
         return x
     return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
+
+
+def remember_map(x: torch.Tensor, layout: str | None) -> None:
+    """Record that Dropout2d's checked path took ``x``'s shape with ``layout`` (channels-first
+    float maps the fused kernel does not take)."""
+    if (x.is_floating_point() and (layout is None or layout == "channels_first")
+            and not dropout2d_fused(x)):
+        draws.remember_ones(_CHECKED_MAPS, (x.shape, x.dtype, x.device, layout),
+                            (x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2))

@@ -8,7 +8,6 @@ two torch calls from a cached tensor of ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,7 +16,7 @@ from ..errors import ShapeError
 from . import autograd as KA
 from . import draws
 
-__all__ = ["drop_path", "drop_path_eager", "dropout"]
+__all__ = ["drop_path", "drop_path_cached", "dropout", "remember_batched"]
 
 Number = float | torch.Tensor
 
@@ -54,19 +53,23 @@ def drop_path(x: torch.Tensor, p: Number, scale_by_keep: bool) -> torch.Tensor:
 _BATCHED: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
-def drop_path_eager(x: torch.Tensor, p: float, scale_by_keep: bool,
-                    general: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """DropPath in eager mode from a hook: a float tensor of a shape met before gets its
+def drop_path_cached(x: torch.Tensor, p: float, scale_by_keep: bool) -> torch.Tensor | None:
+    """DropPath in eager mode from a hook, for a float tensor of a shape met before: its
     per-sample multiplier in two torch calls (the per-call cost is the few Python calls around
-    three small ops); anything else takes ``general()`` (the transform's checked path, which
-    raises on a 0-dim or integer tensor naming the layer)."""
+    three small ops). ``None`` for a shape not met yet: the caller takes its checked path
+    (which raises on a 0-dim or integer tensor, naming the layer), then
+    :func:`remember_batched`."""
     key = (x.shape, x.dtype, x.device)
     ones = _BATCHED.get(key)
     if ones is None:
-        y = general()
-        if x.is_floating_point():
-            draws.remember_ones(_BATCHED, key, (x.shape[0],) + (1,) * (x.dim() - 1))
-        return y
+        return None
     if p == 0.0:
         return x
     return x * draws.keep_mult_from(ones, p, scale_by_keep, key[1], key[2])
+
+
+def remember_batched(x: torch.Tensor) -> None:
+    """Record that DropPath's checked path took ``x``'s shape (float tensors only)."""
+    if x.is_floating_point():
+        draws.remember_ones(_BATCHED, (x.shape, x.dtype, x.device),
+                            (x.shape[0],) + (1,) * (x.dim() - 1))

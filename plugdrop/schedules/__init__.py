@@ -41,4 +41,6 @@ __all__ = [
     "as_schedule",
     "LayerValue",
     "by_depth",
+    "ScheduleLike",
+    "LayerRule",
 ]

@@ -173,8 +173,12 @@ class Dropout2d(_Layout):
                                                                                 prefix))
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        return blockdrop.dropout2d_eager(x, self._eager_value("p", layer), self.layout,
-                                         self.prefix_tokens, lambda: self._at(layer, x))
+        y = blockdrop.dropout2d_cached(x, self._eager_value("p", layer), self.layout,
+                                       self.prefix_tokens)
+        if y is None:
+            y = self._at(layer, x)  # checks the shape, raising on a bad one
+            blockdrop.remember_map(x, self.layout)
+        return y
 
 
 class Dropout(ForwardTransform):
@@ -239,8 +243,11 @@ class DropPath(ForwardTransform):
         return masks.drop_path(x, p, self.scale_by_keep)
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        return masks.drop_path_eager(x, self._eager_value("p", layer), self.scale_by_keep,
-                                     lambda: self._at(layer, x))
+        y = masks.drop_path_cached(x, self._eager_value("p", layer), self.scale_by_keep)
+        if y is None:
+            y = self._at(layer, x)  # raises on a 0-dim or integer tensor
+            masks.remember_batched(x)
+        return y
 
 
 class DropHead(ForwardTransform):

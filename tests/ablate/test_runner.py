@@ -66,17 +66,6 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
         time.sleep(0.005)
 
 
-@pytest.fixture
-def one_thread():
-    """As in the subprocesses (OMP_NUM_THREADS=1): the same float summation order."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path, one_thread):
     text = SMALL.replace("epochs: 2", "epochs: 3") + "ema: 0.9\n"
     path = write(tmp_path, text)

@@ -183,15 +183,6 @@ def _compare(path: str, got: Any, want: Any, out: list[str]) -> None:
         out.append(f"{path}: {got!r} instead of {want!r}")
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread, as in every launcher's job."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_tiny_ablation_metrics_are_golden(tmp_path, one_thread, update_golden):
     from plugdrop.ablate import config
     from plugdrop.cli import main
