@@ -138,3 +138,21 @@ def test_capacity_and_interrupt(tmp_path, capacity):
     drive(launcher, _ctx(out), todo, outcome)
     assert outcome.stopped == 2 and len(launcher.submitted) == capacity
     assert outcome.finished == [f"{n}__s0" for n in "abcde"[:capacity]]
+
+
+def test_the_local_launcher_starts_no_run_after_a_signal(tmp_path):
+    """A SIGTERM or Ctrl-C that arrives between two runs (or while waiting for a run another
+    process holds) stops the local launcher before it starts another run."""
+    import signal
+
+    from plugdrop.ablate.launch.local import LocalLauncher
+    from plugdrop.ablate.train import Stopped
+
+    launcher = LocalLauncher(LaunchOptions())
+    launcher.ctx = _ctx(tmp_path)
+    launcher.stop.signum = signal.SIGTERM
+    with pytest.raises(Stopped):
+        launcher.submit(_runs(tmp_path, "a"))
+    with pytest.raises(Stopped):
+        launcher.wait([], 0.0)
+    assert not (tmp_path / "runs").exists()

@@ -81,6 +81,7 @@ class LocalLauncher:
         ctx, progress = self.ctx, self.ctx.progress
         jobs: list[Job] = []
         for rd in runs:
+            self.stop.check(ctx.d)  # a signal between two runs: start no other
             try:
                 result = execute(ctx.cfg, rd, ctx.d, lambda: ctx.data, stop=self.stop,
                                  progress=progress, launcher=self.name)
@@ -96,6 +97,7 @@ class LocalLauncher:
     def wait(self, jobs: list[Job], timeout: float) -> None:
         if not jobs:  # only runs another process trains: look again in a moment
             time.sleep(timeout)
+            self.stop.check(self.ctx.d)
 
     def close(self) -> None:
         self.stop.restore()
