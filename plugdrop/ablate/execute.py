@@ -124,7 +124,7 @@ def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, wor
             if logger is not None:
                 logger.close()
         if d.main:
-            if cfg.gradcam is not False and rd.seed == cfg.seeds[0]:
+            if cfg.gradcam is not False and rd.seed == cfg.seed_list[0]:
                 try:
                     save_gradcam(cfg, trainer.model, data, d, rd.path / "gradcam.png")
                 except (ValueError, TypeError, RuntimeError) as e:

@@ -9,9 +9,10 @@ every rank trains every run and reads checkpoints to resume.
 from __future__ import annotations
 
 import importlib
+import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from .execute import load_data
 from .launch import LaunchContext, LaunchOptions, Launcher, Outcome, drive, make_launcher
 from .launch.shard import check_fresh, select
 from .progress import Progress
+from .report import decision_values, load_ablation
+from .report.sequential import Design, Replay, design_of
 from .train import Dist, agree, dry_run, on_rank0
 from .worker import save_config
 
@@ -53,7 +56,7 @@ def resume_command(argv: Sequence[str], out: Path) -> str:
 def _manifest(cfg: AblationConfig, data: DataSets, d: Dist) -> dict[str, Any]:
     return {"format": runs.FORMAT, "config": cfg.resolved(), "config_hash": cfg.hash(),
             "variants": cfg.variant_names, "baseline": cfg.baseline,
-            "seeds": list(cfg.seeds),
+            "seeds": list(cfg.seed_list),
             "runs": [{"id": runs.run_id(v, s), "variant": v, "seed": s} for v, s in cfg.runs()],
             "versions": versions(),
             "data": {"name": data.name, "train": len(data.train),  # type: ignore[arg-type]
@@ -79,52 +82,124 @@ def _claim_folder(cfg: AblationConfig, out: Path, lock: runs.Lock, manifest: dic
         raise
 
 
+def _check_decisions(cfg: AblationConfig, data: DataSets) -> None:
+    """The decision metric must be one the runs record."""
+    if cfg.decide_on == "val_top5" and len(data.classes) <= 5:
+        raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: val_top5 needs more than 5 "
+                          f"classes ({data.name} has {len(data.classes)}); use val_acc")
+    if cfg.decide_on == "val_acc_ema" and cfg.ema is None:
+        raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: val_acc_ema needs an EMA model; "
+                          f"add ema: true")
+
+
 def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
                  argv: Sequence[str], data: DataSets | None = None,
                  progress: Progress | None = None, shard: tuple[int, int] | None = None,
                  launcher: Launcher | None = None, options: LaunchOptions | None = None
                  ) -> Outcome:
-    """Check, then train every unfinished run of ``cfg`` into ``out``.
+    """Check, then train every unfinished run of ``cfg`` into ``out``: all of them for a fixed
+    design, round after round until each variant is decided for an adaptive one
+    (``seeds: {min, max}``; the decisions go to ``OUT/decisions.jsonl``).
 
     Args:
         shard: ``(i, n)``: train only the i-th of n shares of the runs (see
-            :mod:`plugdrop.ablate.launch.shard`); shards share ``out``.
+            :mod:`plugdrop.ablate.launch.shard`); shards share ``out``. Not with an adaptive
+            design, which decides between rounds.
         launcher: where the runs train (:func:`plugdrop.ablate.launch.make_launcher`);
-            default: here, one after another.
+            default: here, one after another. Closed when the ablation ends.
         options: the launcher's options (retries among them).
     """
     options = options or LaunchOptions()
-    if data is None:
-        data = agree(d, lambda: load_data(cfg))
-    agree(d, lambda: dry_run(cfg, data, d))
-    lock = runs.Lock(out, shared=shard is not None)
-    manifest = _manifest(cfg, data, d)
-    on_rank0(d, lambda: _claim_folder(cfg, out, lock, manifest, resume, shard))
-    outcome = Outcome()
-    mine = cfg.runs() if shard is None else select(cfg.runs(), *shard)
-    todo = []
-    for v, s in mine:
-        rd = runs.RunDir(out, v, s)
-        if on_rank0(d, lambda rd=rd: rd.status) == runs.FINISHED:  # type: ignore[misc]
-            outcome.skipped.append(rd.id)
-        else:
-            todo.append(rd)
     launcher = launcher or make_launcher("local", options)
-    progress = progress or Progress(len(todo), d.main)
-    if d.main:
-        rank_note = f" x {d.world} processes" if d.active else ""
-        n_train, n_val = len(data.train), len(data.val)  # type: ignore[arg-type]
-        print(f"plugdrop ablate: {cfg.model} on {data.name} ({n_train} train / "
-              f"{n_val} val, {len(data.classes)} classes, {cfg.image_size}px), "
-              f"{len(cfg.variants)} variants x {len(cfg.seeds)} seeds x {cfg.epochs} epochs on "
-              f"{d.device}{rank_note}; {len(todo)} runs to train"
-              + (f", {len(outcome.skipped)} finished already" if outcome.skipped else "")
-              + (f" (shard {shard[0]}/{shard[1]})" if shard else "")
-              + (f" through {launcher.name}" if launcher.name != "local" else ""),
-              flush=True)
     try:
-        drive(launcher, LaunchContext(cfg, out, d, data, progress, options), todo, outcome)
+        if shard is not None and cfg.adaptive:
+            raise ConfigError(f"--shard {shard[0]}/{shard[1]}: shards split a fixed list of seeds; an "
+                              f"adaptive design (seeds: {{min, max}}) decides between rounds: "
+                              f"run it whole, with --launcher processes, submitit or ray to "
+                              f"train its runs in parallel")
+        if data is None:
+            data = agree(d, lambda: load_data(cfg))
+        _check_decisions(cfg, data)
+        agree(d, lambda: dry_run(cfg, data, d))
+        lock = runs.Lock(out, shared=shard is not None)
+        manifest = _manifest(cfg, data, d)
+        on_rank0(d, lambda: _claim_folder(cfg, out, lock, manifest, resume, shard))
+        try:
+            return _train(cfg, out, d, data, progress, shard, launcher, options)
+        finally:
+            if d.main:
+                lock.release()
     finally:
-        if d.main:
-            lock.release()
+        launcher.close()
+
+
+def _header(cfg: AblationConfig, data: DataSets, d: Dist, todo: int, finished: int,
+            shard: tuple[int, int] | None, launcher: Launcher, what: str) -> None:
+    if not d.main:
+        return
+    rank_note = f" x {d.world} processes" if d.active else ""
+    n_train, n_val = len(data.train), len(data.val)  # type: ignore[arg-type]
+    print(f"plugdrop ablate: {cfg.model} on {data.name} ({n_train} train / "
+          f"{n_val} val, {len(data.classes)} classes, {cfg.image_size}px), "
+          f"{len(cfg.variants)} variants x {what} x {cfg.epochs} epochs on "
+          f"{d.device}{rank_note}; {todo} runs to train"
+          + (f", {finished} finished already" if finished else "")
+          + (f" (shard {shard[0]}/{shard[1]})" if shard else "")
+          + (f" through {launcher.name}" if launcher.name != "local" else ""),
+          flush=True)
+
+
+def _train(cfg: AblationConfig, out: Path, d: Dist, data: DataSets,
+           progress: Progress | None, shard: tuple[int, int] | None, launcher: Launcher,
+           options: LaunchOptions) -> Outcome:
+    outcome = Outcome()
+    if not cfg.adaptive:
+        mine = cfg.runs() if shard is None else select(cfg.runs(), *shard)
+        todo = []
+        for v, s in mine:
+            rd = runs.RunDir(out, v, s)
+            if on_rank0(d, lambda rd=rd: rd.status) == runs.FINISHED:  # type: ignore[misc]
+                outcome.skipped.append(rd.id)
+            else:
+                todo.append(rd)
+        _header(cfg, data, d, len(todo), len(outcome.skipped), shard, launcher,
+                f"{len(cfg.seed_list)} seeds")
+        drive(launcher, LaunchContext(cfg, out, d, data, progress or Progress(len(todo), d.main),
+                                      options), todo, outcome)
+        return outcome
+    design = design_of(cfg.resolved(), cfg.variant_names, cfg.baseline)
+    if design is None:
+        raise ConfigError(f"{cfg.loc('seeds')}: an adaptive design compares every variant with "
+                          f"the baseline: add a variant 'baseline: []'")
+    seeds = cfg.seeds if isinstance(cfg.seeds, Mapping) else {}
+    first = True
+    while True:
+        rep = on_rank0(d, lambda: _replay(out, design, cfg.decide_on))
+        needed = [runs.RunDir(out, v, s) for v, s in rep.needed]
+        if rep.complete or not needed:
+            break
+        _header(cfg, data, d, len(needed), 0, None, launcher,
+                f"round {len(rep.rounds)}: {rep.rounds[-1]} of at most {seeds.get('max')} seeds")
+        round_outcome = Outcome()
+        drive(launcher, LaunchContext(cfg, out, d, data,
+                                      progress if first and progress else
+                                      Progress(len(needed), d.main), options),
+              needed, round_outcome)
+        first = False
+        outcome.finished += round_outcome.finished
+        outcome.failed += round_outcome.failed
+        if round_outcome.stopped:
+            outcome.stopped = round_outcome.stopped
+            break
+        if on_rank0(d, lambda: _replay(out, design, cfg.decide_on)).needed == rep.needed:
+            break  # nothing ended this round (a launcher that trains nothing): do not spin
     return outcome
+
+
+def _replay(out: Path, design: Design, metric: str) -> Replay:
+    """The design over the finished runs of ``out``; the decisions so far written to
+    ``OUT/decisions.jsonl`` (one line each, with its reason)."""
+    rep = design.replay(decision_values(load_ablation(out), metric))
+    runs.atomic_write_bytes(out / "decisions.jsonl",
+                            "".join(json.dumps(e) + "\n" for e in rep.events).encode())
+    return rep

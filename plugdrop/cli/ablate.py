@@ -36,6 +36,9 @@ def add_parser(sub: Any) -> None:
         if s.flag is not None:
             p.add_argument(config.flag_name(name), type=s.flag, nargs="+" if s.many else None,
                            help=f"{_plain(s.help)} (config key: {name})")
+        for sub in s.subflags:
+            p.add_argument(config.flag_name(f"{name}_{sub}"), type=int, metavar="N",
+                           help=f"(config key: {name}.{sub})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="override any setting, nested ones too: --set image_size=24, "
                         "--set variants.dropblock.0.p=0.2 (repeatable)")
@@ -65,6 +68,11 @@ def _overrides(args: argparse.Namespace) -> list[Any]:
             value = getattr(args, name)
             if value is not None:
                 out.append(config.flag(config.flag_name(name), name, value))
+        for sub in s.subflags:
+            value = getattr(args, f"{name}_{sub}")
+            if value is not None:
+                out.append(config.flag(config.flag_name(f"{name}_{sub}"), f"{name}.{sub}",
+                                       value))
     return out
 
 

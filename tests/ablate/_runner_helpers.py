@@ -65,3 +65,20 @@ def cli(*args: str, **kw) -> subprocess.CompletedProcess:
 def popen(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "plugdrop", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env())
+
+
+def reference_ablation(tmp: Path, text: str) -> Path:
+    """Train the config ``text`` in this process on one torch thread (as every launcher's job
+    and the subprocesses run: the same float summation order); returns its ``--out``."""
+    import torch
+
+    from plugdrop.cli import main
+
+    out = tmp / "out"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["ablate", str(write(tmp, text)), "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return out

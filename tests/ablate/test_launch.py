@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import SMALL, env, popen, write
+from _runner_helpers import SMALL, env, popen, reference_ablation, write
 
 from plugdrop.cli import main
 
@@ -52,17 +52,7 @@ def attempts(out: Path, run: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory) -> Path:
     """The local sequential runner's results (one thread, like every launcher's job)."""
-    import torch
-
-    tmp = tmp_path_factory.mktemp("ref")
-    out = tmp / "out"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert main(["ablate", str(write(tmp, CFG)), "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    return out
+    return reference_ablation(tmp_path_factory.mktemp("ref"), CFG)
 
 
 def kill_after_first_epoch(out: Path, run: str, sig: int, driver: subprocess.Popen | None = None,

@@ -206,7 +206,8 @@ def test_rebuild_is_identical(folder: Path) -> None:
     rep = write_report(folder, plots=False)
     assert ((folder / "results.csv").read_bytes(),
             (folder / "results.json").read_bytes()) == first
-    assert {p.name for p in rep.files} == {"results.csv", "results.json", "gradcam.png"}
+    assert {p.name for p in rep.files} == {"results.csv", "results.json", "report.html",
+                                           "gradcam.png"}
     assert not list(folder.rglob("*.tmp"))
 
 
@@ -239,7 +240,7 @@ def test_no_baseline_and_not_started(tmp_path: Path) -> None:
     assert "*: the runs have only one epoch" in rep.table  # the time includes the warm-up
     assert (rep.finished, rep.failed, rep.incomplete) == (1, 0, 3) and not rep.warnings
     assert {p.name for p in rep.files} == {"results.csv", "results.json", "val_acc.png",
-                                           "final_acc.png"}
+                                           "final_acc.png", "report.html"}
 
 
 @pytest.mark.parametrize("content", [None, "{not json", "[]", '{"format": 1}'])

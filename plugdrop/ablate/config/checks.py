@@ -105,11 +105,34 @@ def amp(v: Value) -> Any:
     return v.value
 
 
+#: the keys of an adaptive seed plan, with their defaults (``None``: required)
+SEED_PLAN = {"min": 3, "max": None, "step": 1, "first": 0}
+
+
 def seeds(v: Value) -> Any:
+    """A list of distinct seeds (a fixed design), or ``{min, max, step, first}`` (an adaptive
+    one: seeds ``first, first + 1, ...``, ``min`` in the first round and ``step`` more per round
+    while a variant is undecided, ``max`` at most)."""
+    if isinstance(v.value, Mapping):
+        unknown = [k for k in v.value if k not in SEED_PLAN]
+        if unknown:
+            raise fail(v.at(unknown[0]), f"seeds has no setting {unknown[0]!r}"
+                                         f"{suggest(unknown[0], SEED_PLAN)}; an adaptive design "
+                                         f"takes min, max, step and first")
+        plan = {k: v.value.get(k, d) for k, d in SEED_PLAN.items()}
+        for k, low in (("min", 2), ("max", 2), ("step", 1), ("first", 0)):
+            if not is_int(plan[k]) or plan[k] < low:
+                raise fail(v.at(k), f"seeds {k} must be an integer >= {low}, got {plan[k]!r}"
+                                    + (" (give the most seeds a variant may get)"
+                                       if k == "max" and plan[k] is None else ""))
+        if plan["max"] < plan["min"]:
+            raise fail(v.at("max"), f"seeds max ({plan['max']}) is less than min "
+                                    f"({plan['min']}); give max >= min")
+        return plan
     if is_int(v.value):
         v.value = [v.value]
     v.need(isinstance(v.value, list) and len(v.value) > 0 and all(is_int(s) for s in v.value),
-           "a list of integers")
+           "a list of integers, or {min: N, max: N} for an adaptive design")
     dup = sorted({s for s in v.value if v.value.count(s) > 1})
     v.need(not dup, "a list of distinct integers", f" ({dup[0]} is listed twice)" if dup else "")
     return tuple(v.value)
@@ -255,3 +278,16 @@ def compile_model(v: Value) -> Any:
         raise fail(v.at("mode"), f"compile mode must be one of {', '.join(_COMPILE_MODES)}, "
                                  f"got {mode!r}{suggest(mode, _COMPILE_MODES)}")
     return {"backend": backend, "mode": mode}
+
+
+def decide_on(v: Value) -> Any:
+    from ..report.sequential import DECISION_METRICS
+
+    v.need(v.value in DECISION_METRICS, " | ".join(DECISION_METRICS),
+           suggest(v.value, DECISION_METRICS) if isinstance(v.value, str) else "")
+    return v.value
+
+
+def margin(v: Value) -> Any:
+    v.need(v.value == "auto" or (is_num(v.value) and v.value >= 0), "auto or a number >= 0")
+    return v.value if v.value == "auto" else float(v.value)

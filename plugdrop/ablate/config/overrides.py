@@ -16,11 +16,14 @@ __all__ = ["Override", "apply", "flag", "parse_overrides"]
 
 @dataclass(frozen=True)
 class Override:
-    """A command-line change of one setting: ``path`` into the config, the new value."""
+    """A command-line change of one setting: ``path`` into the config, the new value;
+    ``merge``: a key of a mapping that the flag makes (``--seeds-min 3`` turns a list of
+    seeds into ``{min: 3}``)."""
 
     path: str
     value: Any
     label: str
+    merge: bool = False
 
 
 def parse_overrides(items: Sequence[str]) -> list[Override]:
@@ -39,10 +42,11 @@ def parse_overrides(items: Sequence[str]) -> list[Override]:
 
 
 def flag(name: str, key: str, value: Any) -> Override:
-    """An override from a dedicated flag such as ``--epochs``."""
+    """An override from a dedicated flag such as ``--epochs`` (``key`` ``seeds.min``: a key
+    of a mapping setting, made into a mapping when it is not one)."""
     if isinstance(value, list):
         value = LocList(value, Loc(name))
-    return Override(key, value, name)
+    return Override(key, value, name, merge="." in key)
 
 
 def apply(raw: LocDict, ov: Override) -> None:
@@ -63,9 +67,11 @@ def apply(raw: LocDict, ov: Override) -> None:
                     break
             if key is None:
                 key = parts[i]
-                if not last:
+                if not last and not ov.merge:
                     raise fail(loc, f"no setting {'.'.join(parts[:i + 1])!r}"
                                     f"{suggest(key, [str(k) for k in node])}")
+            if not last and ov.merge and not isinstance(node.get(key), dict):
+                node[key] = LocDict({}, loc, {})
             if last:
                 node[key] = ov.value
                 if isinstance(node, LocDict):

@@ -46,7 +46,9 @@ def reference() -> str:
             if s.group != group:
                 continue
             shown = s.shown if s.shown is not None else _shown(default(name))
-            flag = f"`{flag_name(name)}`" if s.flag is not None else ""
+            flags = ([flag_name(name)] if s.flag is not None else []) + [
+                flag_name(f"{name}_{sub}") for sub in s.subflags]
+            flag = ", ".join(f"`{f}`" for f in flags)
             note = "" if s.hashed else " (not part of the config hash: may change on `--resume`)"
             lines.append(f"| `{name}` | `{shown}` | {flag} | {s.help}{note} |")
         lines.append("")

@@ -23,7 +23,7 @@ __all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "Setting", "default"
            "setting", "settings", "unhashed"]
 
 #: the groups of the settings reference, in order
-GROUPS = ("Model", "Data", "Optimization", "Runs")
+GROUPS = ("Model", "Data", "Optimization", "Runs", "Decisions")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Setting:
             which has a parser of its own (:mod:`.variants`).
         flag: the type of its dedicated ``plugdrop ablate`` flag (``--batch-size``), if any.
         many: the flag takes several values (``--seeds 0 1 2``).
+        subflags: keys of a mapping value with a flag each (``--seeds-min 3``: ``seeds.min``).
         hashed: whether it changes results, and so enters :meth:`AblationConfig.hash` (a
             folder refuses ``--resume`` under a config whose hash differs): ``True``,
             ``False``, or :data:`AWAY_FROM_DEFAULT` for a setting added after ablation
@@ -52,6 +53,7 @@ class Setting:
     many: bool = False
     hashed: bool | str = True
     shown: str | None = None
+    subflags: tuple[str, ...] = ()
 
 
 #: :attr:`Setting.hashed` of a setting that enters the hash only away from its default
@@ -60,10 +62,11 @@ AWAY_FROM_DEFAULT = "away from its default"
 
 def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | None,
             flag: type | None = None, many: bool = False, hashed: bool | str = True,
-            shown: str | None = None, factory: Any = None) -> Any:
+            shown: str | None = None, subflags: tuple[str, ...] = (),
+            factory: Any = None) -> Any:
     """A field of :class:`AblationConfig` carrying its :class:`Setting` (no ``default``: the
     setting is required; ``factory``: a mutable default)."""
-    meta = {"setting": Setting(help, group, check, flag, many, hashed, shown)}
+    meta = {"setting": Setting(help, group, check, flag, many, hashed, shown, subflags)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -165,10 +168,12 @@ class AblationConfig:
         help="timm's `ModelEmaV3`: `true` (decay 0.9998) or a decay; its accuracy is "
              "reported beside the raw model's")
     # -- runs -------------------------------------------------------------------------------
-    seeds: tuple[int, ...] = setting(
-        (0,), group="Runs", check=C.seeds, flag=int, many=True,
-        help="distinct integers; each trains every variant (the same seed: the same initial "
-             "weights and data order)")
+    seeds: tuple[int, ...] | Mapping[str, int] = setting(
+        (0,), group="Runs", check=C.seeds, flag=int, many=True, subflags=("min", "max"),
+        help="a list of distinct integers (a fixed design: each trains every variant; the same "
+             "seed, the same initial weights and data order), or `{min: 3, max: 12}` (an "
+             "adaptive one: seeds in rounds, `step` more per round, `first` the first seed, "
+             "until each variant is decided; see Decisions)")
     device: str = setting("auto", group="Runs", check=C.device, flag=str, hashed=False,
                           help="`auto`, `cpu`, `cuda` or `cuda:N`")
     out: str = setting("runs/ablation", group="Runs", check=C.text("a non-empty folder path"),
@@ -184,6 +189,21 @@ class AblationConfig:
              "or false")
     log: tuple[str, ...] = setting((), group="Runs", check=C.log, hashed=False, shown="[]",
                                    help="`[tensorboard]`: event files in each run folder")
+    # -- decisions --------------------------------------------------------------------------
+    decide_on: str = setting(
+        "val_acc", group="Decisions", check=C.decide_on, hashed=AWAY_FROM_DEFAULT,
+        help="the metric of the last epoch the verdicts compare: val_acc, val_top5, val_loss, "
+             "val_nll, val_ece (calibration error), gap (train minus validation accuracy), "
+             "val_acc_ema")
+    margin: float | str = setting(
+        "auto", group="Decisions", check=C.margin, hashed=AWAY_FROM_DEFAULT,
+        help="a difference smaller than this is no difference (equivalence), in the decision "
+             "metric's units as shown: percentage points for accuracies, the calibration "
+             "error and the gap, nats for losses; `auto`: 0.5 pp, or 0.01 nats for a loss")
+    alpha: float = setting(
+        0.05, group="Decisions", check=C.number("in (0, 0.5)", lambda v: 0 < v < 0.5),
+        hashed=AWAY_FROM_DEFAULT,
+        help="the family-wise error rate of the verdicts, over every variant and every look")
     # -- not settings: where the config came from -------------------------------------------
     source: str = "<config>"
     locs: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -205,9 +225,22 @@ class AblationConfig:
             return "baseline"
         return next((v.name for v in self.variants if not v.attachments), None)
 
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        """Every seed a run may use: the list of a fixed design, or ``first .. first + max - 1``
+        of an adaptive one."""
+        if isinstance(self.seeds, Mapping):
+            return tuple(range(self.seeds["first"], self.seeds["first"] + self.seeds["max"]))
+        return tuple(self.seeds)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the seeds are an adaptive plan (``{min, max}``)."""
+        return isinstance(self.seeds, Mapping)
+
     def runs(self) -> list[tuple[str, int]]:
-        """Every (variant, seed), in training order."""
-        return [(v.name, s) for v in self.variants for s in self.seeds]
+        """Every (variant, seed) that may train, in training order."""
+        return [(v.name, s) for v in self.variants for s in self.seed_list]
 
     def loc(self, key: str) -> str:
         """Where ``key`` was set (for errors found later), or the config file."""

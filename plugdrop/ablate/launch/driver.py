@@ -132,22 +132,20 @@ class _Driver:
 def drive(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: Outcome) -> None:
     """Train ``todo`` through ``launcher`` and record in ``outcome`` what the folders say
     afterwards; Ctrl-C (or, for the local launcher, a SIGTERM) stops it with the finished
-    epochs kept."""
+    epochs kept. An adaptive ablation drives one round at a time through the same launcher;
+    whoever made the launcher closes it after the last round."""
+    view = launcher.start(ctx, todo)
+    driver = _Driver(launcher, ctx, view)
     try:
-        view = launcher.start(ctx, todo)
-        driver = _Driver(launcher, ctx, view)
-        try:
-            driver.run(todo)
-        except KeyboardInterrupt:
-            driver.cancel()
-            outcome.stopped = 2
-        except Stopped as e:
-            driver.cancel()
-            outcome.stopped = e.signum
-        finally:
-            view.close()
+        driver.run(todo)
+    except KeyboardInterrupt:
+        driver.cancel()
+        outcome.stopped = 2
+    except Stopped as e:
+        driver.cancel()
+        outcome.stopped = e.signum
     finally:
-        launcher.close()
+        view.close()
     statuses = driver.probe(lambda: [rd.status for rd in todo])
     for rd, status in zip(todo, statuses):
         if status == runs.FINISHED:

@@ -67,11 +67,14 @@ class LocalLauncher:
     def __init__(self, options: LaunchOptions) -> None:
         self.options = options
         self.stop = StopFlag()
+        self.installed = False
 
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         self.ctx = ctx
         self.workers = workers_for(ctx.cfg, ctx.data)
-        self.stop.install()
+        if not self.installed:  # once for all rounds: a signal between rounds is kept
+            self.stop.install()
+            self.installed = True
         return _Bars(ctx.progress)
 
     def capacity(self) -> int:
@@ -101,3 +104,4 @@ class LocalLauncher:
 
     def close(self) -> None:
         self.stop.restore()
+        self.installed = False

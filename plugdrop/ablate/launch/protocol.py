@@ -90,7 +90,8 @@ class Launcher(Protocol):
 
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         """Prepare to train ``todo`` (an executor, a cluster connection, signal handlers);
-        returns how the driver shows their progress."""
+        returns how the driver shows their progress. Called once per round of an adaptive
+        ablation (once for a fixed one)."""
 
     def capacity(self) -> int:
         """How many jobs may run at once."""
@@ -102,4 +103,4 @@ class Launcher(Protocol):
         """Block until one of ``jobs`` may have ended, at most ``timeout`` seconds."""
 
     def close(self) -> None:
-        """Undo :meth:`start` (always called)."""
+        """Undo :meth:`start`, once after the last round (always called)."""

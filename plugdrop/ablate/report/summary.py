@@ -1,4 +1,11 @@
-"""What a variant's runs say, with statistics over seeds: :func:`summarize`."""
+"""What a variant's runs say, with statistics over seeds: :func:`summarize`.
+
+The verdicts compare each variant with the baseline on the config's decision metric
+(``decide_on``, the last epoch's value). A fixed design (a list of seeds) tests the paired
+differences with Holm's step-down adjustment over the variants, so the family-wise error stays
+at ``alpha``; an adaptive design (``seeds: {min, max}``) takes the decisions of its replay
+(:mod:`.sequential`: confidence sequences, valid however often they were looked at).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation, Run, number
+from .robust import Robust, robust
+from .sequential import DECISION_METRICS, OPEN, Decision, Replay, design_of
 from .stats import Interval, Paired, mean_ci, paired_difference
 
-__all__ = ["ACC", "VariantSummary", "failure", "summarize"]
+__all__ = ["ACC", "VariantSummary", "decision_values", "failure", "holm", "open_verdict",
+           "run_counts", "saved_runs", "summarize"]
 
 #: Accuracies live in [0, 1]: their intervals are cut to it (no "104%").
 ACC = (0.0, 1.0)
@@ -24,12 +34,22 @@ class VariantSummary:
     Attributes:
         variant: its name.
         is_baseline: whether it is the ablation's baseline.
-        runs, finished, failed, incomplete: how many runs, by status.
+        runs, finished, failed, incomplete: how many runs, by status (an adaptive design's
+            runs count up to the seeds it gave the variant).
         final, best: final / best validation accuracy over the finished seeds (mean and CI).
         final_ema, best_ema: the same for the EMA weights, ``None`` without EMA.
-        diff: final accuracy minus the baseline's, paired by seed; ``None`` for the baseline
-            itself or without a baseline.
-        diff_ema: the same for the EMA accuracy.
+        metric: the decision metric (``decide_on``).
+        decided: its final value over the finished seeds (mean and CI).
+        diff: the decision metric minus the baseline's, paired by seed (metric units);
+            ``None`` for the baseline itself or without a baseline.
+        diff_acc: final validation accuracy minus the baseline's, paired by seed (as
+            ``diff`` when the decision metric is ``val_acc``).
+        diff_ema: final EMA accuracy minus the baseline's.
+        decision: the adaptive design's decision (``None`` for a fixed design).
+        p_adjusted: Holm's adjusted p-value (fixed design) or the sequential one (adaptive).
+        alpha: the family-wise error rate of the verdicts.
+        iqm, p_improve: robust summaries of the decision metric (:mod:`.robust`).
+        seeds_used, seeds_max: an adaptive design's seeds for this variant and its maximum.
         epoch_time: median seconds per epoch, each run's first epoch left out (warm-up).
         time_ratio: ``epoch_time`` over the baseline's.
         time_with_first: whether the runs had only a first epoch, so ``epoch_time`` includes it.
@@ -46,8 +66,18 @@ class VariantSummary:
     best: Interval
     final_ema: Interval | None = None
     best_ema: Interval | None = None
+    metric: str = "val_acc"
+    decided: Interval | None = None
     diff: Paired | None = None
+    diff_acc: Paired | None = None
     diff_ema: Paired | None = None
+    decision: Decision | None = None
+    p_adjusted: float | None = None
+    alpha: float = 0.05
+    iqm: Robust | None = None
+    p_improve: Robust | None = None
+    seeds_used: int | None = None
+    seeds_max: int | None = None
     epoch_time: float | None = None
     time_ratio: float | None = None
     time_with_first: bool = False
@@ -55,23 +85,74 @@ class VariantSummary:
 
     @property
     def verdict(self) -> str:
-        """``"baseline"``, the paired comparison's verdict, or ``""`` without a baseline."""
+        """``"baseline"``; an adaptive design's verdict (``better``, ``worse``,
+        ``equivalent``, ``inconclusive``, ``dropped: behind X``, ``open``); for a fixed design
+        ``better`` / ``worse`` when Holm's adjusted p is below ``alpha``, ``no clear
+        difference`` or ``too few seeds``; ``""`` without a baseline."""
         if self.is_baseline:
             return "baseline"
-        return self.diff.verdict if self.diff is not None else ""
+        if self.decision is not None:
+            d = self.decision
+            return f"dropped: behind {d.behind}" if d.behind else d.verdict
+        if self.diff is None:
+            return ""
+        if self.diff.verdict in ("too few seeds", "no common seeds"):
+            return self.diff.verdict
+        if self.p_adjusted is not None and self.p_adjusted < self.alpha and self.diff.mean:
+            higher = DECISION_METRICS.get(self.metric, (True, 1.0))[0]
+            return "better" if (self.diff.mean > 0) == higher else "worse"
+        return "no clear difference"
+
+    @property
+    def digits(self) -> int:
+        """Digits shown of the decision metric: 2 in percent, 3 for a loss in nats."""
+        return 2 if DECISION_METRICS.get(self.metric, (True, 1.0))[1] == 100.0 else 3
+
+    def versus(self) -> tuple[float, float | None, float | None] | None:
+        """``(mean, low, high)`` of the decision metric minus the baseline's, in display units
+        (percentage points for accuracies): the adaptive design's confidence sequence, or the
+        fixed design's t-interval; ``None`` with nothing to compare."""
+        higher, scale = DECISION_METRICS.get(self.metric, (True, 1.0))
+        d = self.decision
+        if d is not None and d.mean is not None:  # oriented: positive is better
+            if higher:
+                return d.mean, d.low, d.high
+            return (-d.mean, None if d.high is None else -d.high,
+                    None if d.low is None else -d.low)
+        if self.diff is not None and self.diff.n:
+            return (self.diff.mean * scale,
+                    None if self.diff.low is None else self.diff.low * scale,
+                    None if self.diff.high is None else self.diff.high * scale)
+        return None
+
+    def format_versus(self) -> str:
+        """:meth:`versus` as a table cell: ``"+1.20 [-0.40, +2.80]"`` or ``"-"``."""
+        v = self.versus()
+        if v is None:
+            return "-"
+        digits = self.digits
+        num = lambda x: format(round(x, digits) or 0.0, f"+.{digits}f")  # noqa: E731
+        mean, low, high = v
+        return num(mean) if low is None or high is None else \
+            f"{num(mean)} [{num(low)}, {num(high)}]"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able fields, the statistics included."""
 
-        def opt(x: Interval | Paired | None) -> dict[str, object] | None:
+        def opt(x: Any) -> dict[str, object] | None:
             return x.as_dict() if x is not None else None
 
         return {"variant": self.variant, "baseline": self.is_baseline, "runs": self.runs,
                 "finished": self.finished, "failed": self.failed,
                 "incomplete": self.incomplete, "final_acc": self.final.as_dict(),
                 "best_acc": self.best.as_dict(), "final_acc_ema": opt(self.final_ema),
-                "best_acc_ema": opt(self.best_ema), "diff_final_acc": opt(self.diff),
+                "best_acc_ema": opt(self.best_ema), "decide_on": self.metric,
+                "final_metric": opt(self.decided), "diff": opt(self.diff),
+                "diff_final_acc": opt(self.diff_acc),
                 "diff_final_acc_ema": opt(self.diff_ema), "verdict": self.verdict,
+                "p_adjusted": self.p_adjusted, "decision": opt(self.decision),
+                "seeds_used": self.seeds_used, "seeds_max": self.seeds_max,
+                "iqm": opt(self.iqm), "probability_of_improvement": opt(self.p_improve),
                 "epoch_time": self.epoch_time, "time_vs_baseline": self.time_ratio,
                 "epoch_time_includes_first_epoch": self.time_with_first,
                 "failures": [{"id": i, "error": e} for i, e in self.failures]}
@@ -99,55 +180,123 @@ def _epoch_time(runs: Sequence[Run]) -> tuple[float | None, bool]:
     return (statistics.median(first), True) if first else (None, False)
 
 
+def decision_values(ab: Ablation, metric: str) -> dict[str, dict[int, float | None]]:
+    """Variant -> seed -> the last epoch's ``metric`` of each finished run (``None`` for a
+    failed run): what an adaptive design decides on."""
+    out: dict[str, dict[int, float | None]] = {}
+    for r in ab.runs:
+        if r.status == FINISHED:
+            out.setdefault(r.variant, {})[r.seed] = r.final(metric)
+        elif r.status == FAILED:
+            out.setdefault(r.variant, {})[r.seed] = None
+    return out
+
+
+def holm(p: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of p-values (``None`` stays ``None``): the family-wise
+    error over the variants stays at the level the adjusted values are compared with."""
+    known = sorted((x, i) for i, x in enumerate(p) if x is not None)
+    out: list[float | None] = [None] * len(p)
+    running = 0.0
+    for rank, (x, i) in enumerate(known):
+        running = max(running, min(1.0, x * (len(known) - rank)))
+        out[i] = running
+    return out
+
+
 def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
     """Per variant (config order): run counts, final and best validation accuracy over the
-    finished seeds with confidence intervals (and for EMA when recorded), the difference of the
-    final accuracy to the baseline paired by seed with its interval, p-value and verdict, and
-    the time per epoch relative to the baseline (median, first epochs left out).
+    finished seeds with confidence intervals (and for EMA when recorded), the decision metric's
+    difference to the baseline paired by seed with its interval, adjusted p-value and verdict,
+    robust summaries, and the time per epoch relative to the baseline (median, first epochs
+    left out).
 
     Args:
         ab: from :func:`load_ablation`.
-        confidence: confidence level of every interval and of the verdicts (default 0.95).
+        confidence: confidence level of the per-variant intervals (default 0.95).
     """
-    def measured(runs: list[Run]) -> list[Run]:
-        return [r for r in runs if r.status != FAILED]
-
+    metric = str(ab.config.get("decide_on", "val_acc"))
+    alpha = float(ab.config.get("alpha", 0.05))
+    higher = DECISION_METRICS.get(metric, (True, 1.0))[0]
+    design = design_of(ab.config, ab.variants, ab.baseline)
+    replay: Replay | None = (design.replay(decision_values(ab, metric))
+                             if design is not None else None)
     by_variant = {v: [r for r in ab.runs if r.variant == v] for v in ab.variants}
+    if replay is not None:  # the runs the design never needed are not runs of the ablation
+        by_variant = {v: rs[:replay.seeds_used(v)] for v, rs in by_variant.items()}
     base_runs = by_variant.get(ab.baseline or "", [])
     base_fin = [r for r in base_runs if r.status == FINISHED]
-    base_final = _by_seed(base_fin, "final", "val_acc")
+    base_metric = _by_seed(base_fin, "final", metric)
+    base_acc = _by_seed(base_fin, "final", "val_acc")
     base_final_ema = _by_seed(base_fin, "final", "val_acc_ema")
-    base_time, _ = _epoch_time(measured(base_runs))
+    base_time, _ = _epoch_time([r for r in base_runs if r.status != FAILED])
     out = []
     for v, runs in by_variant.items():
         fin = [r for r in runs if r.status == FINISHED]
-        final = _by_seed(fin, "final", "val_acc")
         final_ema = _by_seed(fin, "final", "val_acc_ema")
+        values = _by_seed(fin, "final", metric)
+        acc = _by_seed(fin, "final", "val_acc")
         has_ema = any("val_acc_ema" in m for r in runs for m in r.metrics)
         is_base = ab.baseline is not None and v == ab.baseline
         compare = ab.baseline in by_variant and not is_base
-        t, with_first = _epoch_time(measured(runs))
+        t, with_first = _epoch_time([r for r in runs if r.status != FAILED])
+        iqm, p_improve = robust(list(values.values()),
+                                list(base_metric.values()) if compare else None, higher)
+        decision = replay.decisions.get(v) if replay is not None and not is_base else None
         out.append(VariantSummary(
             variant=v, is_baseline=is_base, runs=len(runs), finished=len(fin),
             failed=sum(r.status == FAILED for r in runs),
             incomplete=sum(r.status == INCOMPLETE for r in runs),
-            final=mean_ci(list(final.values()), confidence, ACC),
+            final=mean_ci(list(acc.values()), confidence, ACC),
             best=mean_ci(list(_by_seed(fin, "best", "val_acc").values()), confidence, ACC),
             final_ema=mean_ci(list(final_ema.values()), confidence, ACC) if has_ema else None,
             best_ema=(mean_ci(list(_by_seed(fin, "best", "val_acc_ema").values()), confidence,
-                              ACC)
-                      if has_ema else None),
-            diff=paired_difference(final, base_final, confidence) if compare else None,
+                              ACC) if has_ema else None),
+            metric=metric, decided=mean_ci(list(values.values()), confidence),
+            diff=paired_difference(values, base_metric, confidence) if compare else None,
+            diff_acc=paired_difference(acc, base_acc, confidence) if compare else None,
             diff_ema=(paired_difference(final_ema, base_final_ema, confidence)
                       if compare and has_ema and base_final_ema else None),
-            epoch_time=t,
-            time_ratio=t / base_time if t is not None and base_time else None,
+            decision=decision, alpha=alpha,
+            p_adjusted=decision.p if decision is not None else None,
+            iqm=iqm, p_improve=p_improve,
+            seeds_used=replay.seeds_used(v) if replay is not None else None,
+            seeds_max=design.plan.max if design is not None else None,
+            epoch_time=t, time_ratio=t / base_time if t is not None and base_time else None,
             time_with_first=with_first,
             failures=[(r.id, failure(r)) for r in runs if r.status == FAILED]))
+    if replay is None:  # a fixed design: Holm over the variants
+        others = [s for s in out if s.diff is not None]
+        for s, p in zip(others, holm([s.diff.p for s in others])):  # type: ignore[union-attr]
+            s.p_adjusted = p
     return out
+
+
+def saved_runs(summary: Sequence[VariantSummary]) -> tuple[int, int] | None:
+    """An adaptive design's ``(runs it used, runs of the fixed design with max seeds)``."""
+    if not summary or summary[0].seeds_max is None:
+        return None
+    used = sum(s.seeds_used or 0 for s in summary)
+    return used, len(summary) * summary[0].seeds_max
+
+
+def run_counts(ab: Ablation, summary: Sequence[VariantSummary]) -> dict[str, int]:
+    """Finished, failed and incomplete runs: of the folder, or of an adaptive design the runs
+    it gave each variant (those it never needed are no runs of the ablation)."""
+    if summary and summary[0].seeds_max is not None:
+        return {FINISHED: sum(s.finished for s in summary),
+                FAILED: sum(s.failed for s in summary),
+                INCOMPLETE: sum(s.incomplete for s in summary)}
+    return {k: ab.count(k) for k in (FINISHED, FAILED, INCOMPLETE)}
 
 
 def failure(r: Run) -> str:
     where = f" in epoch {r.failed_epoch}" if r.failed_epoch is not None else ""
     kind = f"{r.error_type}: " if r.error_type else ""
     return f"failed{where}: {kind}{r.error}"
+
+
+def open_verdict(s: VariantSummary) -> bool:
+    """Whether an adaptive design still trains this variant."""
+    return s.decision is not None and s.decision.verdict == OPEN
+

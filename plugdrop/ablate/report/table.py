@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation
-from .summary import VariantSummary, failure
+from .sequential import DECISION_METRICS, margin_of
+from .summary import VariantSummary, failure, open_verdict, run_counts, saved_runs
 
 __all__ = ["table"]
 
@@ -34,9 +35,33 @@ def _time_cell(s: VariantSummary, baseline: bool) -> str:
     return secs
 
 
+def _units(metric: str) -> tuple[float, str]:
+    """(display scale, unit) of a decision metric."""
+    scale = DECISION_METRICS.get(metric, (True, 1.0))[1]
+    return scale, ("pp" if scale == 100.0 else "")
+
+
+def _seeds_cell(s: VariantSummary) -> str:
+    if s.seeds_max is None:
+        return _runs_cell(s)
+    return _runs_cell(s) + f" of {s.seeds_max}"
+
+
+def _diff_cell(s: VariantSummary) -> tuple[str, str]:
+    """(difference to the baseline with its interval, adjusted p) in display units."""
+    return s.format_versus(), _p_cell(s.p_adjusted)
+
+
+def _p_cell(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
-    """The summary as fixed-width text: one row per variant, a legend, the failed and
-    incomplete runs, and the warnings of :func:`load_ablation`.
+    """The summary as fixed-width text: one row per variant, a legend that says how the
+    verdicts control their error, the robust summaries, the runs an adaptive design saved,
+    the failed and incomplete runs, and the warnings of :func:`load_ablation`.
 
     Args:
         ab: from :func:`load_ablation`.
@@ -45,46 +70,56 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     has_base = ab.baseline is not None and any(s.is_baseline for s in summary)
     has_ema = any(s.final_ema is not None for s in summary)
     conf = round(100 * summary[0].final.confidence) if summary else 95
-    header = ["variant", "runs done", "final val acc %", "best val acc %"]
+    metric = summary[0].metric if summary else "val_acc"
+    scale, unit = _units(metric)
+    adaptive = bool(summary) and summary[0].seeds_max is not None
+    shown = metric.replace("_", " ") + (" %" if scale == 100.0 else "")
+    header = ["variant", "seeds done" if adaptive else "runs done", "final val acc %",
+              "best val acc %"]
     if has_ema:
         header.append("final EMA acc %")
+    if metric != "val_acc":
+        header.append(f"final {shown}")
     if has_base:
-        header += [f"vs {ab.baseline} (pp)", "p", "verdict"]
+        header += [f"vs {ab.baseline}" + (f" ({unit})" if unit else ""), "p adj.", "verdict"]
     header.append("time/epoch" + (" vs baseline" if has_base else ""))
     rows = []
     for s in summary:
-        row = [s.variant, _runs_cell(s), s.final.format(), s.best.format()]
+        row = [s.variant, _seeds_cell(s), s.final.format(), s.best.format()]
         if has_ema:
             row.append(s.final_ema.format() if s.final_ema is not None else "-")
+        if metric != "val_acc":
+            row.append(s.decided.format(scale, s.digits) if s.decided is not None else "-")
         if has_base:
-            if s.is_baseline:
-                row += ["(baseline)", "", ""]
-            elif s.diff is not None:
-                row += [s.diff.format(), s.diff.format_p(), s.diff.verdict]
-            else:
-                row += ["-", "-", ""]
+            row += ["(baseline)", "", ""] if s.is_baseline else [*_diff_cell(s), s.verdict]
         row.append(_time_cell(s, has_base))
         rows.append(row)
-    n = len(ab.runs)
-    lines = [f"{ab.out}: {n} runs: {ab.count(FINISHED)} finished, {ab.count(FAILED)} failed, "
-             f"{ab.count(INCOMPLETE)} incomplete", ""]
+    c = run_counts(ab, summary)
+    lines = [f"{ab.out}: {sum(c.values())} runs: {c[FINISHED]} finished, {c[FAILED]} failed, "
+             f"{c[INCOMPLETE]} incomplete", ""]
     lines += _format_table(header, rows)
     lines += ["", f"final/best val acc: mean over the finished seeds [{conf}% confidence "
                   "interval, t-distribution]; one seed has no interval."]
     if has_base:
-        lines += [f"vs {ab.baseline}: final val acc minus the baseline's, per seed that both "
-                  f"finished, mean [{conf}% CI] in percentage points;",
-                  "p: paired t-test (scipy.stats.ttest_rel). verdict: better/worse when "
-                  f"p < {1 - conf / 100:.2g}; with fewer than 3 common seeds: too few seeds "
-                  "to conclude."]
+        lines += _legend(ab, summary, metric, unit, adaptive)
     lines.append("time/epoch: median epoch time, each run's first epoch (warm-up) left out"
                  + ("; relative to the baseline." if has_base else "."))
     if any(s.time_with_first for s in summary):
         lines.append("*: the runs have only one epoch so far: the time includes the warm-up.")
+    lines += _robust_lines(summary, shown, scale, has_base)
+    saved = saved_runs(summary)
+    if saved is not None:
+        used, fixed = saved
+        still = any(open_verdict(s) for s in summary)
+        lines += ["", f"The adaptive design {'has trained' if still else 'trained'} {used} "
+                      f"runs{' so far' if still else ''}; a fixed design with "
+                      f"{summary[0].seeds_max} seeds per variant trains {fixed}: "
+                      f"{fixed - used} runs saved."]
     failed = [(r.id, failure(r)) for r in ab.runs if r.status == FAILED]
     if failed:
         lines += ["", "Failed runs:"] + [f"  {i}: {e}" for i, e in failed]
-    incomplete = [r for r in ab.runs if r.status == INCOMPLETE]
+    incomplete = [r for r in ab.runs if r.status == INCOMPLETE and
+                  (not adaptive or r.started)]
     if incomplete:
         lines += ["", "Incomplete runs (running, stopped or not started): " + ", ".join(
             f"{r.id} ({len(r.metrics)} epochs)" if r.started else f"{r.id} (not started)"
@@ -92,3 +127,40 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     if ab.warnings:
         lines += [""] + [f"warning: {w}" for w in ab.warnings]
     return "\n".join(lines)
+
+
+def _legend(ab: Ablation, summary: Sequence[VariantSummary], metric: str, unit: str,
+            adaptive: bool) -> list[str]:
+    alpha = summary[0].alpha if summary else 0.05
+    m = sum(not s.is_baseline for s in summary)
+    what = f"final {metric} minus the baseline's" + (f", in {unit}" if unit else "")
+    margin = margin_of(ab.config)
+    if adaptive:
+        return [f"vs {ab.baseline}: {what}, per seed; mean [confidence sequence: alpha "
+                f"{alpha:g} split over the {m} variants and spent over the rounds "
+                f"(Pocock-type), valid however often it was looked at].",
+                f"p adj.: the smallest family-wise level at which a look would have called "
+                f"it better or worse. verdict: better/worse when the interval lies above/below "
+                f"0, equivalent within +-{margin:g}, dropped behind the best of its grid, "
+                f"inconclusive at the maximum seeds; open: more seeds to come."]
+    return [f"vs {ab.baseline}: {what}, per seed that both finished, mean [{round(100 * summary[0].final.confidence)}% CI].",
+            f"p adj.: paired t-test (scipy.stats.ttest_rel), Holm-adjusted over the {m} "
+            f"variants. verdict: better/worse when p adj. < {alpha:g} (family-wise); with "
+            f"fewer than 3 common seeds: too few seeds to conclude."]
+
+
+def _robust_lines(summary: Sequence[VariantSummary], shown: str, scale: float,
+                  has_base: bool) -> list[str]:
+    rows = [[s.variant, s.iqm.format(scale, s.digits) if s.iqm is not None else "-",
+             s.p_improve.format(1.0) if s.p_improve is not None else "-"] for s in summary
+            if s.iqm is not None and s.iqm.n]
+    if not rows:
+        return []
+    header = ["variant", f"IQM of final {shown}"]
+    if has_base:
+        header.append("P(beats baseline)")
+    else:
+        rows = [r[:2] for r in rows]
+    return ["", "Robust summaries (rliable's method: interquartile mean and the probability "
+                "that a seed beats a baseline seed, stratified bootstrap 95% CI):"] + \
+        _format_table(header, rows)

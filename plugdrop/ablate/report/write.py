@@ -25,16 +25,20 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..runs import atomic_write_bytes, serialized
+from .figures import plot_calibration, plot_forest, plot_seeds
+from .html import render
 from .plots import plot_drop_frac, plot_final_acc, plot_val_acc
+from .sequential import margin_of
 from .read import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablation
-from .summary import VariantSummary, summarize
+from .summary import VariantSummary, run_counts, summarize
 from .table import table
 
 __all__ = ["CSV_COLUMNS", "Rebuilder", "Report", "write_report"]
 
 #: The columns of ``results.csv``: one row per run and epoch.
 CSV_COLUMNS = ("variant", "seed", "epoch", "train_loss", "val_loss", "val_acc", "val_loss_ema",
-               "val_acc_ema", "epoch_time", "images_per_s", "lr")
+               "val_acc_ema", "epoch_time", "images_per_s", "lr", "val_nll", "val_top5",
+               "val_ece", "train_acc", "gap")
 
 
 @dataclass
@@ -99,7 +103,7 @@ def _json(ab: Ablation, summary: Sequence[VariantSummary]) -> bytes:
     doc = {"format": FORMAT, "config": ab.config, "config_hash": ab.config_hash,
            "versions": ab.versions, "data": ab.data, "variants": ab.variants,
            "baseline": ab.baseline, "seeds": ab.seeds,
-           "counts": {s: ab.count(s) for s in (FINISHED, FAILED, INCOMPLETE)},
+           "counts": run_counts(ab, summary),
            "summary": [s.as_dict() for s in summary], "runs": runs, "warnings": ab.warnings}
     return (json.dumps(_plain(doc), indent=2, allow_nan=False) + "\n").encode("utf-8")
 
@@ -111,7 +115,9 @@ def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.9
     ``results.csv`` has a row per epoch of every finished and incomplete run (columns
     :data:`CSV_COLUMNS`); ``results.json`` the config, versions, data, every run's status and
     metrics, and the summary with its statistics. Plots (``plots=True``): ``val_acc.png``,
-    ``final_acc.png`` and, when drop fractions were watched, ``drop_frac.png``. Each file is
+    ``final_acc.png``, ``forest.png`` (the verdicts), ``calibration.png``, ``seeds.png`` (an
+    adaptive design) and, when drop fractions were watched, ``drop_frac.png``. ``report.html``
+    (:mod:`.html`) is rebuilt every time, with the plots as they are on disk. Each file is
     replaced atomically, so this is safe while an ablation writes into the same folder.
 
     Args:
@@ -138,7 +144,21 @@ def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
     if plots:
         outputs += [(ab.out / "val_acc.png", plot_val_acc(ab, confidence)),
                     (ab.out / "final_acc.png", plot_final_acc(summary)),
-                    (ab.out / "drop_frac.png", plot_drop_frac(ab))]
+                    (ab.out / "drop_frac.png", plot_drop_frac(ab)),
+                    (ab.out / "forest.png", plot_forest(summary, ab.baseline,
+                                                        margin_of(ab.config))),
+                    (ab.out / "seeds.png", plot_seeds(summary)),
+                    (ab.out / "calibration.png", plot_calibration(ab))]
+    text = table(ab, summary)
+    files = _write(ab, outputs)
+    files += _write(ab, [(ab.out / "report.html", render(ab, summary, text))])
+    files += [r.gradcam for r in ab.runs if r.gradcam is not None]
+    c = run_counts(ab, summary)
+    return Report(text, files, c[FINISHED], c[FAILED], c[INCOMPLETE], list(ab.warnings))
+
+
+def _write(ab: Ablation, outputs: list[tuple[Path, bytes | None]]) -> list[Path]:
+    """Write each file atomically (``None``: nothing to draw, so no stale file either)."""
     files = []
     for path, data in outputs:
         try:
@@ -151,9 +171,7 @@ def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
             raise ConfigError(f"{path}: cannot write ({e.strerror or e}): make {ab.out} "
                               "writable, or copy the folder and report there") from None
         files.append(path)
-    files += [r.gradcam for r in ab.runs if r.gradcam is not None]
-    return Report(table(ab, summary), files, ab.count(FINISHED), ab.count(FAILED),
-                  ab.count(INCOMPLETE), list(ab.warnings))
+    return files
 
 
 class Rebuilder:

@@ -68,7 +68,7 @@ def dry_run(cfg: AblationConfig, data: DataSets, d: Dist) -> None:
     """A dry step of every variant (and the loggers and the Grad-CAM layer checked)."""
     run_logging.check(cfg.log)
     for variant in cfg.variants:
-        trainer = Trainer.create(cfg, variant, cfg.seeds[0], data, d, 0, ddp=False)
+        trainer = Trainer.create(cfg, variant, cfg.seed_list[0], data, d, 0, ddp=False)
         try:
             dry_step(trainer)
             if isinstance(cfg.gradcam, dict) and cfg.gradcam.get("layer", "auto") != "auto":

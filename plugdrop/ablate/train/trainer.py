@@ -25,7 +25,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 import plugdrop as pd
 
@@ -34,6 +33,7 @@ from ..data import DataSets, make_loader
 from ..errors import ConfigError
 from . import build
 from .distributed import Dist
+from .metrics import EvalSums
 from .rng import rng_state, seed_all, set_rng_state
 from .signals import StopFlag
 
@@ -247,11 +247,18 @@ class Trainer:
             raise FloatingPointError(f"the training loss is {train_loss} at epoch {epoch}; "
                                      f"lower lr, or use amp: bf16 / off")
         self.epoch = epoch
-        val_loss, val_acc = self.evaluate(self.net)
+        val = self.evaluate(self.net)
+        train_acc = self.evaluate(self.net, self.train_sample())["acc"]
         record: dict[str, Any] = {"epoch": epoch, "train_loss": train_loss,
-                                  "val_loss": val_loss, "val_acc": val_acc}
+                                  "val_loss": val["loss"], "val_acc": val["acc"],
+                                  "val_nll": val["nll"], "val_ece": val["ece"]}
+        if "top5" in val:
+            record["val_top5"] = val["top5"]
+        record.update({"train_acc": train_acc, "gap": train_acc - val["acc"],
+                       "calibration": val["calibration"]})
         if self.ema is not None:
-            record["val_loss_ema"], record["val_acc_ema"] = self.evaluate(self.ema.module)
+            ema = self.evaluate(self.ema.module)
+            record["val_loss_ema"], record["val_acc_ema"] = ema["loss"], ema["acc"]
         elapsed = time.perf_counter() - start
         means = {k: v / self.value_count for k, v in self.value_sums.items()} \
             if self.value_count else {}
@@ -271,28 +278,28 @@ class Trainer:
         return record
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> tuple[float, float]:
-        """Validation loss and accuracy over the whole validation set (all ranks)."""
+    def evaluate(self, model: nn.Module, data: Any = None) -> dict[str, Any]:
+        """The metrics of :class:`~.metrics.EvalSums` of ``model`` over ``data`` (default: the
+        whole validation set; all ranks), in eval mode."""
         d, cfg = self.d, self.cfg
         was = model.training
         model.eval()
-        loader = make_loader(self.data.val, batch_size=self.batch * 2, train=False,
-                             workers=self.workers, seed=self.seed, epoch=0, rank=d.rank,
-                             world=d.world, device=d.device)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
-        correct = torch.zeros((), dtype=torch.float64, device=d.device)
-        n = torch.zeros((), dtype=torch.float64, device=d.device)
+        loader = make_loader(self.data.val if data is None else data,
+                             batch_size=self.batch * 2, train=False, workers=self.workers,
+                             seed=self.seed, epoch=0, rank=d.rank, world=d.world,
+                             device=d.device)
+        sums = EvalSums(len(self.data.classes), d.device, cfg.label_smoothing)
         for x, y in self.batches(loader):
             with build.autocast(cfg, d.device):
                 out = model(x)
-            loss_sum += F.cross_entropy(out.float(), y, reduction="sum",
-                                        label_smoothing=cfg.label_smoothing).double()
-            correct += (out.argmax(1) == y).sum().double()
-            n += len(y)
+            sums.add(out, y)
         if d.active:
-            both = torch.stack([loss_sum, correct, n])
-            dist.all_reduce(both)
-            loss_sum, correct, n = both[0], both[1], both[2]
+            sums.reduce()
         model.train(was)
-        total = max(n.item(), 1.0)
-        return loss_sum.item() / total, correct.item() / total
+        return sums.result()
+
+    def train_sample(self) -> Any:
+        """The training images whose accuracy (in eval mode) gives the train-validation gap:
+        the first ones of the training set, as many as the validation set holds."""
+        n = min(len(self.data.val), len(self.data.train))  # type: ignore[arg-type]
+        return torch.utils.data.Subset(self.data.train, range(n))

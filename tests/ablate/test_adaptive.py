@@ -1,0 +1,168 @@
+"""Adaptive ablations end to end (``seeds: {min, max}``) on the embedded digits with a tiny
+CNN: a clearly harmful variant stops at ``min`` seeds as worse while the others go on; the
+decisions and their reasons are lines of ``decisions.jsonl`` and fields of ``results.json``; a
+killed and resumed ablation makes the same decisions with the same seeds; launchers drive it
+round by round; ``--shard`` is refused; the new metrics are recorded."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from _runner_helpers import popen, reference_ablation, write
+
+from plugdrop.cli import main
+
+ADAPTIVE = """\
+model: tinynet:make
+data: digits
+image_size: 8
+epochs: 2
+batch_size: 128
+seeds: {min: 3, max: 5}
+device: cpu
+gradcam: false
+variants:
+  baseline: []
+  noise:
+    - {layers: layer1, transform: GaussianNoise, std: 5.0}
+  dropblock:
+    - {layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}
+"""
+
+
+def decisions(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "decisions.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory) -> Path:
+    """An uninterrupted adaptive ablation (one thread, as the subprocesses run)."""
+    return reference_ablation(tmp_path_factory.mktemp("adaptive"), ADAPTIVE)
+
+
+def test_a_harmful_variant_stops_at_min_seeds_as_worse(ref, capsys):
+    dec = {d["variant"]: d for d in decisions(ref)}
+    noise = dec["noise"]
+    assert (noise["verdict"], noise["round"], noise["seeds"], noise["n"]) == ("worse", 1, 3, 3)
+    assert noise["high"] < 0 and noise["p_adjusted"] < 0.05 and "below 0" in noise["reason"]
+    assert not (ref / "runs" / "noise__s3").exists()  # no fourth seed for a decided variant
+    doc = json.loads((ref / "results.json").read_text())
+    summ = {s["variant"]: s for s in doc["summary"]}
+    assert summ["noise"]["verdict"] == "worse" and summ["noise"]["seeds_used"] == 3
+    assert summ["noise"]["decision"]["high"] == pytest.approx(noise["high"])
+    assert summ["noise"]["p_adjusted"] == pytest.approx(noise["p_adjusted"])
+    assert summ["baseline"]["seeds_used"] == summ["dropblock"]["seeds_used"] >= 3
+    assert summ["noise"]["iqm"]["n"] == 3 and summ["noise"]["probability_of_improvement"]
+    assert doc["counts"]["incomplete"] == 0  # the runs the design never needed are none
+    table = (ref / "report.html").read_text()
+    assert "runs saved" in table and "noise" in table and "data:image/png;base64" in table
+
+
+def test_metrics_regularization_is_judged_on_are_recorded(ref):
+    rec = json.loads((ref / "runs" / "baseline__s0" / "metrics.jsonl").read_text()
+                     .splitlines()[-1])
+    assert {"val_nll", "val_top5", "val_ece", "train_acc", "gap", "calibration"} <= set(rec)
+    assert 0 <= rec["val_ece"] <= 1 and rec["val_top5"] >= rec["val_acc"]
+    assert rec["gap"] == pytest.approx(rec["train_acc"] - rec["val_acc"])
+    cal = rec["calibration"]
+    assert sum(cal["count"]) == 359 and len(cal["count"]) == 15
+    import csv
+
+    row = next(csv.DictReader((ref / "results.csv").open()))
+    assert {"val_nll", "val_ece", "gap"} <= set(row)
+
+
+def test_a_resumed_adaptive_ablation_decides_the_same(tmp_path, ref):
+    """Killed (SIGKILL) in its second round and resumed: the same decisions, the same seeds."""
+    out = tmp_path / "out"
+    path = write(tmp_path, ADAPTIVE)
+    proc = popen("ablate", str(path), "--out", str(out))
+    marker = out / "runs" / "baseline__s3" / "checkpoint.pt"  # round 2 has begun
+    t0 = time.monotonic()
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.monotonic() - t0 < 240
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    again = popen("ablate", str(path), "--out", str(out), "--resume")
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-2000:]
+    assert decisions(out) == decisions(ref)
+    used = sorted(p.name for p in (out / "runs").iterdir())
+    assert used == sorted(p.name for p in (ref / "runs").iterdir())
+
+
+def test_an_adaptive_ablation_through_a_launcher_and_its_flags(tmp_path, ref, capsys):
+    """``--launcher processes`` trains each round's runs in processes of their own; the driver
+    decides between rounds. --seeds-min/--seeds-max make the design; --shard is refused."""
+    out = tmp_path / "out"
+    fixed = ADAPTIVE.replace("seeds: {min: 3, max: 5}", "seeds: [0, 1]")
+    proc = popen("ablate", str(write(tmp_path, fixed)), "--out", str(out), "--launcher",
+                 "processes", "--max-parallel", "2", "--seeds-min", "3", "--seeds-max", "5")
+    printed, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "round 1: 3 of at most 5 seeds" in printed and "through processes" in printed
+    assert decisions(out) == decisions(ref)
+    assert main(["ablate", str(write(tmp_path, ADAPTIVE)), "--out", str(tmp_path / "s"),
+                 "--shard", "1/2"]) == 2
+    err = capsys.readouterr().err
+    assert "--shard 1/2: shards split a fixed list of seeds" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("value,message", [
+    ("{min: 3}", "seeds max must be an integer >= 2"),
+    ("{min: 4, max: 3}", "seeds max (3) is less than min (4)"),
+    ("{min: 3, max: 6, steps: 2}", "seeds has no setting 'steps' (did you mean 'step'?)"),
+])
+def test_seed_plan_mistakes_are_one_line(tmp_path, capsys, value, message):
+    assert main(["ablate", str(write(tmp_path, ADAPTIVE)), "--list", "--set",
+                 f"seeds={value}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_decide_on_needs_what_the_runs_record(tmp_path, capsys):
+    text = ADAPTIVE.replace("gradcam: false", "gradcam: false\ndecide_on: val_acc_ema")
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(tmp_path / "o")]) == 2
+    assert "decide_on: val_acc_ema needs an EMA model" in capsys.readouterr().err
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return next((p for name in ("chromium", "chromium-browser", "google-chrome")
+                 if (p := shutil.which(name))), None)
+
+
+def test_report_html_opens_in_a_real_browser(ref, tmp_path):
+    """report.html in headless Chromium: it loads without a console error, every image it
+    holds decodes (plots and Grad-CAM are inline), and every variant is on the page."""
+    import re
+    import subprocess
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium here (apt-get install chromium) to open report.html in")
+    page = ref / "report.html"
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text  # nothing from the network
+    proc = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
+         "--v=0", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == []
+    dom = proc.stdout
+    shown = re.search(r'data-images-shown="(\d+)"', dom)
+    assert shown is not None and int(shown.group(1)) == text.count("<img ") >= 5
+    for variant in ("baseline", "noise", "dropblock"):
+        assert f"<td>{variant}</td>" in dom
+    assert "worse" in dom and "runs saved" in dom
