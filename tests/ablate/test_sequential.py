@@ -133,6 +133,20 @@ def test_failed_runs_count_as_ended_and_lower_is_better_metrics():
     rep = d.replay({"base": {0: 1.0, 1: 1.1, 2: None}, "v": {0: 0.5, 1: 0.55, 2: 0.6}})
     assert rep.complete and rep.decisions["v"].n == 2  # seed 2's baseline failed
     assert rep.decisions["v"].mean == pytest.approx(0.525)  # lower loss: positive = better
+    # The reasons speak of the interval a user sees: the loss minus the baseline's.
+    d3 = S.Design(S.Plan(min=3, max=3), "base", ("low", "high"), higher_is_better=False,
+                  scale=1.0, margin=0.01)
+    base = {0: 1.0, 1: 1.1, 2: 1.05}
+    rep = d3.replay({"base": base, "low": {s: x - 0.5 + 0.01 * s for s, x in base.items()},
+                     "high": {s: x + 0.5 - 0.01 * s for s, x in base.items()}})
+    low, high = rep.decisions["low"], rep.decisions["high"]
+    assert (low.verdict, high.verdict) == (S.BETTER, S.WORSE)
+    assert "lies below 0" in low.reason and "lies above 0" in high.reason
+    # decisions.jsonl and results.json show the loss minus the baseline's, as the table does.
+    assert high.mean is not None and high.mean < 0  # oriented: positive = better
+    shown = high.as_dict()
+    assert shown["mean"] == pytest.approx(-high.mean) and 0 < shown["low"] < shown["high"]
+    assert shown["low"] == pytest.approx(-high.high) and rep.events[1]["low"] > 0
 
 
 def test_spending_adds_up_to_alpha():

@@ -64,6 +64,10 @@ def test_paired_better_by_hand() -> None:
     assert d.conclusive and d.note == "" and d.verdict == "better"
     assert paired_difference(A, B).verdict == "worse"
     assert d.format() == "+3.00 [+1.70, +4.30]" and d.format_p() == "0.005"
+    # For a loss, a higher value is worse: the same numbers, the other verdict.
+    loss = paired_difference(B, A, higher_is_better=False)
+    assert (loss.mean, loss.low, loss.high, loss.p) == (d.mean, d.low, d.high, d.p)
+    assert loss.verdict == "worse" and loss.as_dict()["verdict"] == "worse"
 
 
 def test_paired_no_clear_difference_by_hand() -> None:

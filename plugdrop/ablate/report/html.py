@@ -73,7 +73,7 @@ def _verdict_table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
             diff = p = "(baseline)"
         else:
             diff = s.format_versus()
-            p = "-" if s.p_adjusted is None else f"{s.p_adjusted:.3g}"
+            p = s.format_p()
         reason = s.decision.reason if s.decision is not None else ""
         cells = [s.variant, seeds, s.final.format()] + (
             [s.decided.format(scale, s.digits) if s.decided is not None else "-"] if extra

@@ -12,7 +12,9 @@ with probability at least ``1 - alpha / m``, however the looks depend on each ot
 after every round does not raise the error rate, and over all variants the family-wise error
 is at most ``alpha``.
 
-A variant is **better** when its interval lies above 0, **worse** below 0, **equivalent** when
+A variant is **better** when its interval lies above 0, **worse** below 0 (for a metric where
+lower is better, such as ``val_nll``, the interval shown is of the metric minus the baseline's,
+so better lies below 0 there), **equivalent** when
 it lies within ``(-margin, margin)`` (two one-sided tests); among the variants of one grid
 (``dropblock[p=0.05]``, ``dropblock[p=0.1]``: the values of one regularizer race), one whose
 interval lies entirely below the best one's is **dropped**; at the maximum number of seeds an
@@ -91,13 +93,17 @@ class Decision:
         verdict: :data:`OPEN`, :data:`BETTER`, :data:`WORSE`, :data:`EQUIVALENT`,
             :data:`INCONCLUSIVE` or :data:`DROPPED`.
         n: the seeds compared (finished for it and for the baseline).
-        mean: mean per-seed difference to the baseline (positive: better), display units.
-        low, high: the confidence sequence (the intersection of its intervals so far).
+        mean: mean per-seed difference to the baseline, oriented so that positive is better
+            (for a loss: the baseline's minus this variant's), display units.
+        low, high: the confidence sequence (the intersection of its intervals so far), oriented
+            as ``mean``; :meth:`shown` gives all three as the metric minus the baseline's.
         p: the adjusted p-value: the smallest family-wise level at which a look so far would
             have called it better or worse (``min(1, min_k p_k * m / w_k)``).
         round: the round (1-based) of the look that decided it; 0 while open.
         reason: one sentence saying why.
         behind: for a dropped variant, the variant it lies behind.
+        higher_is_better: the decision metric's direction (how :meth:`shown` turns the
+            oriented numbers back).
     """
 
     variant: str
@@ -110,10 +116,21 @@ class Decision:
     round: int = 0
     reason: str = "not looked at yet"
     behind: str | None = None
+    higher_is_better: bool = True
+
+    def shown(self) -> tuple[float | None, float | None, float | None]:
+        """``(mean, low, high)`` of the decision metric minus the baseline's, as the table,
+        ``decisions.jsonl`` and ``results.json`` show them (a worse loss: above 0)."""
+        if self.higher_is_better:
+            return self.mean, self.low, self.high
+        neg = lambda x: None if x is None else -x  # noqa: E731
+        return neg(self.mean), neg(self.high), neg(self.low)
 
     def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able fields; ``mean``, ``low``, ``high`` as :meth:`shown`."""
+        mean, low, high = self.shown()
         return {"variant": self.variant, "verdict": self.verdict, "n": self.n,
-                "mean": self.mean, "low": self.low, "high": self.high, "p_adjusted": self.p,
+                "mean": mean, "low": low, "high": high, "p_adjusted": self.p,
                 "round": self.round, "reason": self.reason, "behind": self.behind}
 
 
@@ -174,7 +191,7 @@ class Design:
     def replay(self, values: Mapping[str, Mapping[int, float | None]]) -> Replay:
         """Replay the design over ``values``: variant -> seed -> the decision metric of a
         finished run (``None`` for a failed run; a run not ended is absent)."""
-        state = {v: Decision(v) for v in self.variants}
+        state = {v: Decision(v, higher_is_better=self.higher_is_better) for v in self.variants}
         out = Replay(state)
         seeds = self.plan.seeds()
         lows = {v: -math.inf for v in self.variants}
@@ -229,18 +246,21 @@ class Design:
         m, w = max(len(self.variants), 1), self.plan.weights()[k]
         p_adj = min(1.0, p_k * m / w, prev.p if prev.p is not None else 1.0)
         level = f"{100 * (1 - self.alpha):g}% family-wise"
+        # The reasons speak of the interval as shown: the metric minus the baseline's.
+        up, down = ("above", "below") if self.higher_is_better else ("below", "above")
         verdict, reason = OPEN, ""
         if low > 0:
-            verdict, reason = BETTER, f"its interval lies above 0 ({level})"
+            verdict, reason = BETTER, f"its interval lies {up} 0 ({level})"
         elif high < 0:
-            verdict, reason = WORSE, f"its interval lies below 0 ({level})"
+            verdict, reason = WORSE, f"its interval lies {down} 0 ({level})"
         elif -self.margin < low and high < self.margin:
             verdict, reason = EQUIVALENT, (f"its interval lies within +-{self.margin:g} "
                                            f"({level})")
         elif last:
             verdict, reason = INCONCLUSIVE, f"its interval still holds 0 at {n} seeds, the maximum"
         return Decision(v, verdict, n, mean, low, high, p_adj,
-                        k + 1 if verdict != OPEN else 0, reason or "still open")
+                        k + 1 if verdict != OPEN else 0, reason or "still open",
+                        higher_is_better=self.higher_is_better)
 
     def _race(self, k: int, state: dict[str, Decision], open_: list[str]) -> None:
         """Drop the open variants of a grid whose interval lies entirely below the best

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as _st
 
-__all__ = ["MIN_SEEDS", "Interval", "Paired", "mean_ci", "paired_difference"]
+__all__ = ["MIN_SEEDS", "Interval", "Paired", "mean_ci", "p_cell", "paired_difference"]
 
 #: The fewest paired seeds from which a difference is called better or worse.
 MIN_SEEDS = 3
@@ -114,6 +114,8 @@ class Paired:
         confidence: the interval's confidence level.
         conclusive: whether there are enough seeds (``n >= MIN_SEEDS``) to call a difference.
         note: a plain sentence when not conclusive (``"too few seeds to conclude (n=2 < 3)"``).
+        higher_is_better: the metric's direction (``False`` for a loss): which sign of
+            :attr:`mean` :attr:`verdict` calls better.
     """
 
     mean: float
@@ -125,17 +127,19 @@ class Paired:
     confidence: float = 0.95
     conclusive: bool = False
     note: str = ""
+    higher_is_better: bool = True
 
     @property
     def verdict(self) -> str:
-        """``"better"`` / ``"worse"`` (``a`` than ``b``, significant at ``1 - confidence``),
-        ``"no clear difference"``, ``"too few seeds"`` or ``"no common seeds"``."""
+        """``"better"`` / ``"worse"`` (``a`` than ``b``, significant at ``1 - confidence``,
+        in the metric's direction), ``"no clear difference"``, ``"too few seeds"`` or
+        ``"no common seeds"``."""
         if self.n == 0:
             return "no common seeds"
         if not self.conclusive or self.p is None:
             return "too few seeds"
         if self.p < 1.0 - self.confidence and self.mean != 0.0:
-            return "better" if self.mean > 0 else "worse"
+            return "better" if (self.mean > 0) == self.higher_is_better else "worse"
         return "no clear difference"
 
     def format(self, scale: float = 100.0, digits: int = 2) -> str:
@@ -149,9 +153,7 @@ class Paired:
 
     def format_p(self) -> str:
         """The p-value as a table cell: ``"0.031"``, ``"<0.001"`` or ``"-"``."""
-        if self.p is None:
-            return "-"
-        return "<0.001" if self.p < 0.001 else f"{self.p:.3f}"
+        return p_cell(self.p)
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON-able fields, the verdict included."""
@@ -193,8 +195,15 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95,
     return Interval(mean, low, high, n, confidence)
 
 
+def p_cell(p: float | None) -> str:
+    """A p-value as a table cell: ``"0.031"``, ``"<0.001"`` or ``"-"`` for ``None``."""
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float],
-                      confidence: float = 0.95) -> Paired:
+                      confidence: float = 0.95, higher_is_better: bool = True) -> Paired:
     """The difference ``a - b`` paired by seed, over the seeds both have.
 
     The mean of the per-seed differences gets a t-interval and the two-sided p-value of the
@@ -208,9 +217,13 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float],
         a: seed -> metric of the variant.
         b: seed -> metric of the reference (the baseline).
         confidence: the interval's confidence level (default 0.95).
+        higher_is_better: the metric's direction, for :attr:`Paired.verdict` (default
+            ``True``; ``False`` for a loss or a calibration error).
     """
     _check_confidence(confidence)
     seeds = tuple(sorted(set(a) & set(b)))
+    if not higher_is_better:
+        return replace(paired_difference(a, b, confidence), higher_is_better=False)
     n = len(seeds)
     if n == 0:
         return Paired(math.nan, None, None, None, 0, seeds, confidence, False,

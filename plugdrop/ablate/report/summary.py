@@ -18,7 +18,7 @@ from typing import Any
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation, Run, number
 from .robust import Robust, robust
 from .sequential import DECISION_METRICS, OPEN, Decision, Replay, design_of
-from .stats import Interval, Paired, mean_ci, paired_difference
+from .stats import Interval, Paired, mean_ci, p_cell, paired_difference
 
 __all__ = ["ACC", "VariantSummary", "decision_values", "failure", "holm", "open_verdict",
            "run_counts", "saved_runs", "summarize"]
@@ -112,18 +112,19 @@ class VariantSummary:
         """``(mean, low, high)`` of the decision metric minus the baseline's, in display units
         (percentage points for accuracies): the adaptive design's confidence sequence, or the
         fixed design's t-interval; ``None`` with nothing to compare."""
-        higher, scale = DECISION_METRICS.get(self.metric, (True, 1.0))
+        scale = DECISION_METRICS.get(self.metric, (True, 1.0))[1]
         d = self.decision
-        if d is not None and d.mean is not None:  # oriented: positive is better
-            if higher:
-                return d.mean, d.low, d.high
-            return (-d.mean, None if d.high is None else -d.high,
-                    None if d.low is None else -d.low)
+        if d is not None and d.mean is not None:
+            return d.shown()  # type: ignore[return-value]
         if self.diff is not None and self.diff.n:
             return (self.diff.mean * scale,
                     None if self.diff.low is None else self.diff.low * scale,
                     None if self.diff.high is None else self.diff.high * scale)
         return None
+
+    def format_p(self) -> str:
+        """The adjusted p-value as a table cell: ``"0.023"``, ``"<0.001"`` or ``"-"``."""
+        return p_cell(self.p_adjusted)
 
     def format_versus(self) -> str:
         """:meth:`versus` as a table cell: ``"+1.20 [-0.40, +2.80]"`` or ``"-"``."""
@@ -253,7 +254,8 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
             best_ema=(mean_ci(list(_by_seed(fin, "best", "val_acc_ema").values()), confidence,
                               ACC) if has_ema else None),
             metric=metric, decided=mean_ci(list(values.values()), confidence),
-            diff=paired_difference(values, base_metric, confidence) if compare else None,
+            diff=(paired_difference(values, base_metric, confidence, higher) if compare
+                  else None),
             diff_acc=paired_difference(acc, base_acc, confidence) if compare else None,
             diff_ema=(paired_difference(final_ema, base_final_ema, confidence)
                       if compare and has_ema and base_final_ema else None),

@@ -49,13 +49,7 @@ def _seeds_cell(s: VariantSummary) -> str:
 
 def _diff_cell(s: VariantSummary) -> tuple[str, str]:
     """(difference to the baseline with its interval, adjusted p) in display units."""
-    return s.format_versus(), _p_cell(s.p_adjusted)
-
-
-def _p_cell(p: float | None) -> str:
-    if p is None:
-        return "-"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    return s.format_versus(), s.format_p()
 
 
 def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
@@ -133,6 +127,7 @@ def _legend(ab: Ablation, summary: Sequence[VariantSummary], metric: str, unit: 
             adaptive: bool) -> list[str]:
     alpha = summary[0].alpha if summary else 0.05
     m = sum(not s.is_baseline for s in summary)
+    higher = DECISION_METRICS.get(metric, (True, 1.0))[0]
     what = f"final {metric} minus the baseline's" + (f", in {unit}" if unit else "")
     margin = margin_of(ab.config)
     if adaptive:
@@ -140,8 +135,9 @@ def _legend(ab: Ablation, summary: Sequence[VariantSummary], metric: str, unit: 
                 f"{alpha:g} split over the {m} variants and spent over the rounds "
                 f"(Pocock-type), valid however often it was looked at].",
                 f"p adj.: the smallest family-wise level at which a look would have called "
-                f"it better or worse. verdict: better/worse when the interval lies above/below "
-                f"0, equivalent within +-{margin:g}, dropped behind the best of its grid, "
+                f"it better or worse. verdict: better/worse when the interval lies "
+                f"{'above/below 0' if higher else f'below/above 0 (lower {metric} is better)'}"
+                f", equivalent within +-{margin:g}, dropped behind the best of its grid, "
                 f"inconclusive at the maximum seeds; open: more seeds to come."]
     return [f"vs {ab.baseline}: {what}, per seed that both finished, mean [{round(100 * summary[0].final.confidence)}% CI].",
             f"p adj.: paired t-test (scipy.stats.ttest_rel), Holm-adjusted over the {m} "
