@@ -1,8 +1,9 @@
 """Adaptive ablations end to end (``seeds: {min, max}``) on the embedded digits with a tiny
 CNN: a clearly harmful variant stops at ``min`` seeds as worse while the others go on; the
 decisions and their reasons are lines of ``decisions.jsonl`` and fields of ``results.json``; a
-killed and resumed ablation makes the same decisions with the same seeds; launchers drive it
-round by round; ``--shard`` is refused; the new metrics are recorded."""
+killed and resumed ablation makes the same decisions with the same seeds; every launcher
+(processes, submitit, Ray) drives it round by round; ``--shard`` is refused; the new metrics
+are recorded."""
 
 from __future__ import annotations
 
@@ -97,17 +98,48 @@ def test_a_resumed_adaptive_ablation_decides_the_same(tmp_path, ref):
     assert used == sorted(p.name for p in (ref / "runs").iterdir())
 
 
-def test_an_adaptive_ablation_through_a_launcher_and_its_flags(tmp_path, ref, capsys):
-    """``--launcher processes`` trains each round's runs in processes of their own; the driver
-    decides between rounds. --seeds-min/--seeds-max make the design; --shard is refused."""
+# Fewer seeds for the launchers: two rounds (3 seeds, then a 4th for the undecided ones).
+LAUNCHED = ADAPTIVE.replace("seeds: {min: 3, max: 5}", "seeds: {min: 3, max: 4}")
+
+
+@pytest.fixture(scope="module")
+def ref_launched(tmp_path_factory) -> Path:
+    out = reference_ablation(tmp_path_factory.mktemp("launched"), LAUNCHED)
+    assert {d["round"] for d in decisions(out)} == {1, 2}  # the launchers drive two rounds
+    return out
+
+
+@pytest.mark.parametrize("launcher", ["processes", "submitit", "ray"])
+def test_an_adaptive_ablation_through_each_launcher(launcher, tmp_path, ref_launched, request,
+                                                    capsys):
+    """Every launcher trains a round's runs as its jobs; the driver decides between rounds:
+    the same decisions and the same run folders as the local runner. (processes: the design
+    comes from --seeds-min/--seeds-max over a config with a list of seeds.)"""
     out = tmp_path / "out"
-    fixed = ADAPTIVE.replace("seeds: {min: 3, max: 5}", "seeds: [0, 1]")
-    proc = popen("ablate", str(write(tmp_path, fixed)), "--out", str(out), "--launcher",
-                 "processes", "--max-parallel", "2", "--seeds-min", "3", "--seeds-max", "5")
-    printed, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
-    assert "round 1: 3 of at most 5 seeds" in printed and "through processes" in printed
-    assert decisions(out) == decisions(ref)
+    if launcher == "ray":
+        request.getfixturevalue("ray_cluster")
+        assert main(["ablate", str(write(tmp_path, LAUNCHED)), "--out", str(out),
+                     "--launcher", "ray", "--cpus-per-run", "1"]) == 0
+        printed = capsys.readouterr().out
+    else:
+        if launcher == "processes":
+            text = LAUNCHED.replace("seeds: {min: 3, max: 4}", "seeds: [0, 1]")
+            extra = ["--seeds-min", "3", "--seeds-max", "4"]
+        else:
+            pytest.importorskip("submitit", reason="the submitit extra is not installed")
+            text, extra = LAUNCHED, ["--slurm-cluster", "local"]
+        proc = popen("ablate", str(write(tmp_path, text)), "--out", str(out), "--launcher",
+                     launcher, "--max-parallel", "2", *extra)
+        printed, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    assert "round 1: 3 of at most 4 seeds" in printed and f"through {launcher}" in printed
+    assert "round 2: 4 of at most 4 seeds" in printed
+    assert decisions(out) == decisions(ref_launched)
+    used = sorted(p.name for p in (out / "runs").iterdir())
+    assert used == sorted(p.name for p in (ref_launched / "runs").iterdir())
+
+
+def test_shards_are_refused_for_an_adaptive_design(tmp_path, capsys):
     assert main(["ablate", str(write(tmp_path, ADAPTIVE)), "--out", str(tmp_path / "s"),
                  "--shard", "1/2"]) == 2
     err = capsys.readouterr().err

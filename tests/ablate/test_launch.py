@@ -187,28 +187,6 @@ def test_submitit_local_preempted_and_killed_jobs_resume(tmp_path, ref):
 # ----------------------------------------------------------------------------------- ray
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A local Ray cluster on this machine's 2 CPUs (jobs import the worktree and tinynet)."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-    old = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
-    os.environ.update({k: v for k, v in env().items() if k in old})
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    except Exception as e:  # pragma: no cover - depends on the machine
-        pytest.skip(f"a local Ray cluster cannot start here: {type(e).__name__}: {e}")
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, ray_cluster, capsys):
     out = tmp_path / "out"
     path = write(tmp_path, CFG)
