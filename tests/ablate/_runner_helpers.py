@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent.parent  # tests/ (holds tinynet.py)
 ROOT = TESTS.parent
 
@@ -82,3 +84,27 @@ def reference_ablation(tmp: Path, text: str) -> Path:
     finally:
         torch.set_num_threads(threads)
     return out
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster on this machine's 2 CPUs (jobs import the worktree and tinynet);
+    skips where the ray extra is missing or a cluster cannot start. (A module imports it to
+    use it: a second ``conftest.py`` would shadow the suite's, which tests import by name.)"""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    old = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
+    os.environ.update({k: v for k, v in env().items() if k in old})
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    except Exception as e:  # pragma: no cover - depends on the machine
+        pytest.skip(f"a local Ray cluster cannot start here: {type(e).__name__}: {e}")
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import popen, reference_ablation, write
+from _runner_helpers import (  # noqa: F401 (ray_cluster: a fixture)
+    popen, ray_cluster, reference_ablation, write)
 
 from plugdrop.cli import main
 

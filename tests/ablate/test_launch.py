@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import SMALL, env, popen, reference_ablation, write
+from _runner_helpers import (  # noqa: F401 (ray_cluster: a fixture)
+    SMALL, env, popen, ray_cluster, reference_ablation, write)
 
 from plugdrop.cli import main
 
@@ -187,7 +188,8 @@ def test_submitit_local_preempted_and_killed_jobs_resume(tmp_path, ref):
 # ----------------------------------------------------------------------------------- ray
 
 
-def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, ray_cluster, capsys):
+@pytest.mark.usefixtures("ray_cluster")
+def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, capsys):
     out = tmp_path / "out"
     path = write(tmp_path, CFG)
     result: list[int] = []
@@ -199,7 +201,9 @@ def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, ray_clust
     finally:
         driver.join(timeout=300)
     assert result == [0], capsys.readouterr().err[-3000:]
-    assert ray_cluster.is_initialized()  # the launcher leaves a cluster it did not start
+    import ray
+
+    assert ray.is_initialized()  # the launcher leaves a cluster it did not start
     assert_resumed(out, "baseline__s0", first, "ray")
     assert all(len(attempts(out, f"{v}__s{s}")) == 1 for v, s in
                [("baseline", 1), ("dropblock", 0), ("dropblock", 1)])
@@ -208,7 +212,8 @@ def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, ray_clust
     assert "done 4, failed 0" in capsys.readouterr().err
 
 
-def test_ray_waits_for_a_run_another_process_trains(tmp_path, ray_cluster, capsys):
+@pytest.mark.usefixtures("ray_cluster")
+def test_ray_waits_for_a_run_another_process_trains(tmp_path, capsys):
     """A run whose lock another process holds (an earlier driver's job, a shard) is not trained
     twice: its task returns at once, the driver waits for the lock, then submits it again."""
     from plugdrop.ablate import runs
