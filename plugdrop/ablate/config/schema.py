@@ -193,8 +193,9 @@ class AblationConfig:
     decide_on: str = setting(
         "val_acc", group="Decisions", check=C.decide_on, hashed=AWAY_FROM_DEFAULT,
         help="the metric of the last epoch the verdicts compare: val_acc, val_top5, val_loss, "
-             "val_nll, val_ece (calibration error), gap (train minus validation accuracy), "
-             "val_acc_ema")
+             "val_nll, val_ece (calibration error), gap (train minus validation accuracy; the "
+             "train accuracy in eval mode on as many training images as the validation set "
+             "holds, with augment's transform when set), val_acc_ema")
     margin: float | str = setting(
         "auto", group="Decisions", check=C.margin, hashed=AWAY_FROM_DEFAULT,
         help="a difference smaller than this is no difference (equivalence), in the decision "
