@@ -111,3 +111,24 @@ def tensor(name: str, value: object) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     return value
+
+
+def floating(what: str, x: torch.Tensor, kind: str = "tensors", fix: str | None = None,
+             name: str | None = None) -> None:
+    """Raise ``TypeError`` unless ``x`` is a floating-point (or complex) tensor: integer and
+    boolean tensors cannot be dropped, rescaled or perturbed. ``what``: the function or
+    transform; ``kind``: what it acts on; ``fix``: what to do instead (default: convert);
+    ``name``: the argument, if ``what`` takes several."""
+    if not (x.is_floating_point() or x.is_complex()):
+        fix = fix or (f"convert it with {name or 'x'}.float() if its values are numbers (token "
+                      f"ids and masks cannot be dropped, rescaled or perturbed)")
+        raise TypeError(f"{what} acts on floating-point {kind}, got a {x.dtype} tensor of "
+                        f"shape {tuple(x.shape)}{f' as {name}' if name else ''}; {fix}")
+
+
+def float_tensor(what: str, name: str, value: object) -> torch.Tensor:
+    """``value`` if it is a floating-point (or complex) tensor; ``TypeError`` naming ``what``,
+    the argument, its type or dtype and shape, otherwise."""
+    x = tensor(name, value)
+    floating(what, x, name=name)
+    return x

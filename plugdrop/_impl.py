@@ -55,7 +55,10 @@ def scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
 def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
     if is_zero(std):
         return g
-    return g + torch.randn_like(g) * (std.to(g.dtype) if isinstance(std, torch.Tensor) else std)
+    # drawn in the order of g's indices (randn_like would draw in memory order: other noise
+    # for a channels-last gradient)
+    z = torch.randn(g.shape, dtype=g.dtype, device=g.device)
+    return g + z * (std.to(g.dtype) if isinstance(std, torch.Tensor) else std)
 
 
 def drop_head(x: torch.Tensor, p: Number, num_heads: int) -> torch.Tensor:

@@ -150,6 +150,25 @@ def to_channels_first(x: torch.Tensor, layout: str | None, ranks: tuple[int, ...
     return x, _identity
 
 
+def laid_out_as(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``y``, of ``x``'s shape (computed on ``x.contiguous()``), in the memory order of ``x``:
+    its dims ordered by ``x``'s strides (of equal strides, the larger size outer), as an
+    elementwise op on ``x`` lays out its result (``x``'s strides when ``x`` is dense;
+    channels-last for a channels-last view with gaps). A copy autograd and ``torch.func``
+    follow; ``y`` itself when that order is ``y``'s.
+
+    For ops whose random draws follow memory order: ``laid_out_as(op(x.contiguous()), x)``
+    draws the same mask for every memory order of the same values."""
+    strides, sizes = x.stride(), x.shape
+    order = sorted(range(x.dim()), key=lambda d: (-strides[d], -sizes[d], d))
+    if order == list(range(x.dim())):
+        return y.contiguous()
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return y.permute(order).contiguous().permute(inverse)
+
+
 def _identity(y: torch.Tensor) -> torch.Tensor:
     return y
 

@@ -9,7 +9,12 @@ Probabilities and other settings are Python numbers or 0-dim tensors. A number i
 raises on a bad value; a tensor is used as it is (reading it on the host would synchronize with
 the device), which is what ``torch.compile`` needs to trace a changing value without recompiling.
 
-Randomness comes from torch's generators: ``torch.manual_seed`` reproduces every mask.
+Randomness comes from torch's generators: ``torch.manual_seed`` reproduces every mask, the
+same for the same values in any memory layout (contiguous, channels-last, a strided view).
+
+Every function raises ``TypeError`` when a tensor argument is not a tensor, or is an integer or
+boolean one (token ids, masks: nothing to drop, rescale or perturb); the message names the
+function, the dtype and the shape, even where nothing would be done (``training=False``).
 
 Each public function checks its settings and calls an unchecked twin that does not: the
 transforms check their settings once, at construction and at each schedule step, and call the
@@ -95,9 +100,9 @@ def drop_block(
     Raises:
         SettingError: ``p`` outside ``[0, 1)`` or NaN, ``block_size < 1``.
         ShapeError: an input rank or shape that does not fit the layout.
-        TypeError: non-tensor ``x``, non-integer ``block_size``.
+        TypeError: non-tensor, integer or boolean ``x``; non-integer ``block_size``.
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("drop_block", "x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     blocks = _checks.block_size(block_size)
     if rescale not in _RESCALE:
@@ -126,7 +131,7 @@ def dropout2d(
         p: probability of dropping a channel, in ``[0, 1)``.
         layout, prefix_tokens, training: as in :func:`drop_block`.
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("dropout2d", "x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     _layout.check_layout(layout)
     _layout.check_prefix(prefix_tokens)
@@ -135,8 +140,13 @@ def dropout2d(
 
 def dropout(x: torch.Tensor, p: Number, *, training: bool = True) -> torch.Tensor:
     """Elementwise dropout: zero each activation with probability ``p``, rescale the rest by
-    ``1 / (1 - p)``. Any shape."""
-    _checks.tensor("x", x)
+    ``1 / (1 - p)``. Any shape.
+
+    Raises:
+        SettingError: ``p`` outside ``[0, 1)``.
+        TypeError: an integer or boolean ``x``.
+    """
+    _checks.float_tensor("dropout", "x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     return masks.dropout(x, p) if training else x
 
@@ -148,8 +158,12 @@ def drop_path(x: torch.Tensor, p: Number, *, scale_by_keep: bool = True,
     Use it on a residual branch (the output of a block's branch, before it is added to the
     skip connection); on a whole block it drops the sample's features altogether.
     Kept samples are rescaled by ``1 / (1 - p)`` unless ``scale_by_keep=False``.
+
+    Raises:
+        SettingError: ``p`` outside ``[0, 1)``.
+        TypeError: an integer or boolean ``x``.
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("drop_path", "x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     return masks.drop_path(x, p, scale_by_keep) if training else x
 
@@ -177,8 +191,9 @@ def drop_token(x: torch.Tensor, p: Number, *, layout: str = "tokens",
             ``prefix_tokens``.
         ShapeError: ``layout="tokens"`` on a tensor that is not ``(B, N, C)``, or with
             ``prefix_tokens >= N``; a map layout on a tensor without a spatial dim.
+        TypeError: an integer or boolean ``x``.
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("drop_token", "x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     _impl.check_token_layout(layout)
     _layout.check_prefix(prefix_tokens)
@@ -189,9 +204,14 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
                    training: bool = True) -> torch.Tensor:
     """Add ``std * N(0, 1)`` noise, or multiply by ``1 + std * N(0, 1)`` if ``multiplicative``.
 
-    Noise is drawn per element in ``x``'s dtype and memory format.
+    Noise is drawn per element in ``x``'s dtype and memory format (the same noise for the same
+    values in any memory layout).
+
+    Raises:
+        SettingError: ``std`` negative or not finite.
+        TypeError: an integer or boolean ``x`` (normal noise has no integer dtype).
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("gaussian_noise", "x", x)
     std = _checks.tensor_or("std", std, _checks.non_negative)
     return noise.gaussian_noise(x, std, multiplicative) if training else x
 
@@ -201,6 +221,7 @@ def gaussian_noise(x: torch.Tensor, std: Number, *, multiplicative: bool = False
 
 def clip_grad_value(g: torch.Tensor, clip: Number) -> torch.Tensor:
     """Clamp every gradient element to ``[-clip, clip]``."""
+    _checks.float_tensor("clip_grad_value", "g", g)
     return _impl.clip_grad_value(g, _checks.tensor_or("clip", clip, _checks.positive))
 
 
@@ -212,6 +233,7 @@ def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
     otherwise the whole tensor (for a parameter). Norms are accumulated in float32 (float64
     for float64 gradients).
     """
+    _checks.float_tensor("clip_grad_norm", "g", g)
     max_norm = _checks.tensor_or("max_norm", max_norm, _checks.positive)
     return _impl.clip_grad_norm(g, max_norm, norm_type, per_sample)
 
@@ -219,11 +241,13 @@ def clip_grad_norm(g: torch.Tensor, max_norm: Number, *, norm_type: float = 2.0,
 def scale_grad(g: torch.Tensor, factor: Number) -> torch.Tensor:
     """Multiply the gradient by ``factor`` (negative reverses it, as in DANN's gradient
     reversal layer)."""
+    _checks.float_tensor("scale_grad", "g", g)
     return _impl.scale_grad(g, _checks.tensor_or("factor", factor, _checks.finite))
 
 
 def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
     """Add ``std * N(0, 1)`` noise to the gradient."""
+    _checks.float_tensor("grad_noise", "g", g)
     return _impl.grad_noise(g, _checks.tensor_or("std", std, _checks.non_negative))
 
 
@@ -232,7 +256,7 @@ def grad_noise(g: torch.Tensor, std: Number) -> torch.Tensor:
 
 def mixup(x: torch.Tensor, lam: float, index: torch.Tensor) -> torch.Tensor:
     """``lam * x + (1 - lam) * x[index]``: mix each sample with the one ``index`` names."""
-    _checks.tensor("x", x)
+    _checks.float_tensor("mixup", "x", x)
     lam = _checks.real("lam", lam)
     return x * lam + x[index] * (1.0 - lam)
 
@@ -246,7 +270,7 @@ def cutmix(x: torch.Tensor, lam: float, index: torch.Tensor, *,
     fraction, the ``lam`` to mix targets with. ``x``: ``(B, C, *spatial)``, or
     ``(B, *spatial, C)`` with ``layout="channels_last"``.
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("cutmix", "x", x)
     lam = _checks.real("lam", lam)
     _layout.check_layout(layout)
     view, restore = _layout.to_channels_first(x, layout or "channels_first", (1, 2, 3),
@@ -283,8 +307,9 @@ def drop_head(x: torch.Tensor, p: Number, num_heads: int, *,
     Raises:
         ShapeError: ``C`` not divisible by ``num_heads``, or a tensor without a batch and
             channel dim.
+        TypeError: an integer or boolean ``x``.
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("drop_head", "x", x)
     p = _checks.tensor_or("p", p, _checks.probability)
     num_heads = _checks.count("num_heads", num_heads)
     return _impl.drop_head(x, p, num_heads) if training else x
@@ -304,8 +329,8 @@ def clip_grad_adaptive(g: torch.Tensor, param: torch.Tensor, clip: Number = 0.01
         eps: the smallest parameter norm used, ``> 0`` (zero-initialized units still learn).
             Default: 1e-3.
     """
-    _checks.tensor("g", g)
-    _checks.tensor("param", param)
+    _checks.float_tensor("clip_grad_adaptive", "g", g)
+    _checks.float_tensor("clip_grad_adaptive", "param", param)
     if g.shape != param.shape:
         raise ShapeError(f"clip_grad_adaptive: the gradient's shape {tuple(g.shape)} is not the "
                          f"parameter's {tuple(param.shape)}")
@@ -319,7 +344,7 @@ def centralize_grad(g: torch.Tensor, strength: Number = 1.0) -> torch.Tensor:
     (dim 0 of a conv or linear weight) its mean over the other dims. Tensors of rank <= 1
     (biases, norms' gains) are returned unchanged. ``strength`` in ``[0, 1]`` scales the mean
     removed (1: the paper)."""
-    _checks.tensor("g", g)
+    _checks.float_tensor("centralize_grad", "g", g)
     return _impl.centralize_grad(g, _checks.tensor_or("strength", strength, _checks.unit))
 
 
@@ -336,7 +361,7 @@ def patchup(x: torch.Tensor, p: float, index: torch.Tensor, block_size: int | tu
     (a 0-dim float32 tensor, read without host synchronization):
     ``1 - (1 - lam) * patched fraction``.
     """
-    _checks.tensor("x", x)
+    _checks.float_tensor("patchup", "x", x)
     p = _checks.probability("p", p)
     lam = _checks.real("lam", lam)
     blocks = _checks.block_size(block_size)

@@ -68,3 +68,30 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+def memory_layouts(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The values of ``x`` (``(B, C, *spatial)``, 1 to 3 spatial dims) in several memory
+    orders: contiguous, channels-last, and views no kernel takes as they are (a channels-last
+    view with gaps between the pixels, every other element of a wider tensor, a view at an
+    offset, the last two dims swapped in memory, the batch innermost). Each equals ``x``."""
+    b, c = x.shape[:2]
+    out = {"contiguous": x.contiguous()}
+    if x.dim() in (4, 5):
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        out["channels_last"] = x.contiguous(memory_format=fmt)
+    wide = torch.zeros(b, *x.shape[2:], c + 3, dtype=x.dtype, device=x.device)
+    wide[..., :c] = x.movedim(1, -1)
+    out["channels_last_with_gaps"] = wide[..., :c].movedim(-1, 1)
+    double = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype, device=x.device)
+    double[..., ::2] = x
+    out["every_other_element"] = double[..., ::2]
+    bigger = torch.zeros(b + 1, c + 1, *x.shape[2:], dtype=x.dtype, device=x.device)
+    bigger[1:, 1:] = x
+    out["offset_view"] = bigger[1:, 1:]
+    if x.dim() >= 4:
+        out["last_dims_swapped"] = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    out["batch_innermost"] = x.movedim(0, -1).contiguous().movedim(-1, 0)
+    for name, v in out.items():
+        assert torch.equal(v, x), name
+    return out

@@ -126,6 +126,12 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     if 0 in sizes or view.shape[0] == 0 or view.shape[1] == 0:
         return x
     blocks = tuple(min(b, s) for b, s in zip(blocks, sizes))
+    if rescale != "count" and KA.USE_CEXT and cext.odd_layout(view):
+        # A memory order the fused kernel does not take (a transposed or strided view): the
+        # mask of the contiguous copy, as for the same values in any other layout.
+        out = drop_block(view.contiguous(), p, blocks, shared_channels, "channels_first", None,
+                         rescale)
+        return restore(_layout.laid_out_as(out, view))
     b, c = view.shape[:2]
     channels = 1 if shared_channels else c
     if isinstance(p, torch.Tensor):
@@ -215,17 +221,23 @@ def dropout2d(x: torch.Tensor, p: Number, layout: str | None,
                                               prefix_tokens)
     if _is_zero(p):
         return x
-    if (not isinstance(p, torch.Tensor) and dropout2d_fused(view)
-            and KA.fused_applies(view) and not torch.compiler.is_compiling()):
-        # The DropBlock kernel with the whole map as the block: one seed per map, drawn with
-        # probability p, drops the map; one pass over x (a broadcast multiply by a (B, C, 1, 1)
-        # mask is slow on small maps), 16 bytes and the scale saved for the backward.
-        sizes = tuple(view.shape[2:])
-        scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
-        meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
-        plan = FusedPlan(scale, meta, view)
-        _remember_plan(plan_key, x, plan)
-        return restore(plan(view))
+    if (not isinstance(p, torch.Tensor) and dropout2d_fused(view) and KA.USE_CEXT
+            and not torch.compiler.is_compiling()):
+        if cext.odd_layout(view):
+            # A memory order the fused kernel does not take: the mask of the contiguous copy.
+            out = dropout2d(view.contiguous(), p, "channels_first", None)
+            return restore(_layout.laid_out_as(out, view))
+        if cext.applies(view):
+            # The DropBlock kernel with the whole map as the block: one seed per map, drawn
+            # with probability p, drops the map; one pass over x (a broadcast multiply by a
+            # (B, C, 1, 1) mask is slow on small maps), 16 bytes and the scale saved for the
+            # backward.
+            sizes = tuple(view.shape[2:])
+            scale = torch.full(sizes, 1.0 / (1.0 - p), dtype=view.dtype)
+            meta = (view.shape[1], (1,) * len(sizes), sizes, cext.thresholds(float(p)))
+            plan = FusedPlan(scale, meta, view)
+            _remember_plan(plan_key, x, plan)
+            return restore(plan(view))
     shape = (view.shape[0], view.shape[1]) + (1,) * (view.dim() - 2)
     return restore(view * draws.keep_multiplier(view, shape, p, True))
 

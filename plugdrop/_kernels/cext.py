@@ -156,6 +156,14 @@ def applies(x: torch.Tensor) -> bool:
             and library() is not None)
 
 
+def odd_layout(x: torch.Tensor) -> bool:
+    """Whether ``x`` is of a dtype, device and rank the kernel takes but in a memory order it
+    does not (neither contiguous nor channels-last per sample: a transposed or strided view):
+    its contiguous copy would be taken, and would draw the mask a contiguous ``x`` draws."""
+    return (x.dtype in _DTYPES and x.device.type == "cpu" and 3 <= x.dim() <= 5
+            and not x.is_contiguous() and sample_layout(x) is None)
+
+
 def draw_key() -> torch.Tensor:
     """Two 32-bit words (int64) from torch's default CPU generator: the key of one mask."""
     return torch.randint(0, 2**32, (2,), dtype=torch.int64)

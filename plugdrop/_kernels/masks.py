@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .. import _layout
 from ..errors import ShapeError
 from . import autograd as KA
 from . import draws
@@ -26,12 +27,18 @@ def dropout(x: torch.Tensor, p: Number) -> torch.Tensor:
     if not isinstance(p, torch.Tensor) and p == 0.0:
         return x
     if isinstance(p, torch.Tensor):
-        keep = torch.rand_like(x, dtype=torch.float32) >= p
+        # drawn in the order of x's indices, whatever its memory order (rand_like would draw
+        # in memory order: another mask for a channels-last x)
+        keep = torch.rand(x.shape, dtype=torch.float32, device=x.device) >= p
         return x * torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
     if draws.use_sparse(x.numel(), p, x.device):
         keep = ~draws.bernoulli(tuple(x.shape), p, x.device)
         scale = torch.full((), 1.0 / (1.0 - p), device=x.device)
         return KA.MaskMul.apply(x, keep, scale, None)
+    if not x.is_contiguous():
+        # torch's dropout draws its mask in x's memory order: the mask of the contiguous copy,
+        # the same for every memory order of the same values
+        return _layout.laid_out_as(torch.native_dropout(x.contiguous(), p, True)[0], x)
     # torch's own dropout, one call: it saves a boolean mask for the backward (1 byte per
     # element), which is differentiable again and has a forward-mode derivative.
     return torch.native_dropout(x, p, True)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _layout
 from . import autograd as KA
 from . import cext
 
@@ -17,6 +18,11 @@ def gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch.
     """:func:`plugdrop.functional.gaussian_noise` with a checked ``std``."""
     if not isinstance(std, torch.Tensor) and std == 0.0:
         return x
+    if not x.is_contiguous():
+        # The kernel and randn_like draw in memory order (and torch rounds an add with alpha
+        # differently on other memory orders): the noise of the contiguous copy, laid out as x,
+        # the same for the same values in any memory layout.
+        return _layout.laid_out_as(gaussian_noise(x.contiguous(), std, multiplicative), x)
     if (not isinstance(std, torch.Tensor) and KA.noise_applies(x)
             and not torch.compiler.is_compiling()):
         # The kernel draws the noise from a key taken from torch's generator: one pass.

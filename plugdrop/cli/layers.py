@@ -1,20 +1,42 @@
 """``plugdrop layers MODEL``: the module tree of a model with each module's output from one dry
-forward, marking what a selector picks (to write selectors without reading the model's code)."""
+forward, marking what a selector picks (to write selectors without reading the model's code).
+
+Nothing is downloaded: timm models are built with ``pretrained=False``, torchvision factories
+with ``weights=None`` and ``weights_backbone=None`` (where they take them). Exit status 2, with
+one line and no traceback, for a model that cannot be built (unknown name, bad
+``--model-kwargs``, weights it would download) or that fails on the given input (its message
+and the fix: another ``--input-size``, or ``--model-kwargs '{img_size: 64}'`` for a ViT).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import http.client
+import inspect
+import io
 import sys
+import urllib.error
 from typing import Any
 
 import torch
+import torch.nn as nn
+
+#: what a model's build raises when it tries to download (weights) without a network
+_DOWNLOAD_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError,
+                    TimeoutError)
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+#: the factory arguments whose torchvision defaults download weights
+_TORCHVISION_WEIGHTS = ("weights", "weights_backbone")
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("layers", help="the module tree of a model, with output shapes, and "
                                       "what a selector picks")
-    p.add_argument("model", help="a timm model name (pretrained=False) or package.module:factory")
+    p.add_argument("model", help="a timm model name (pretrained=False) or package.module:factory "
+                                 "(torchvision's with weights=None, weights_backbone=None); "
+                                 "nothing is downloaded")
     p.add_argument("--input-size", nargs=3, type=int, default=(3, 224, 224),
                    metavar=("C", "H", "W"), help="input of the dry forward (default 3 224 224)")
     p.add_argument("--match", help="a selector: modules it picks are marked with *")
@@ -32,36 +54,161 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _no_weights(factory: Any) -> dict[str, Any]:
+    """``weights=None`` and ``weights_backbone=None`` for a torchvision factory that takes
+    them (a detection model's backbone weights download by default); nothing for others."""
+    if not str(getattr(factory, "__module__", "")).startswith("torchvision."):
+        return {}
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return {}
+    return {k: None for k in _TORCHVISION_WEIGHTS if k in params}
+
+
+def _torchvision_name(name: str) -> str | None:
+    """``package.module:factory`` of a torchvision model named without its module."""
+    try:
+        import torchvision.models as tvm
+
+        if name not in tvm.list_models():
+            return None
+        builder: Any = tvm.get_model_builder(name)
+    except Exception:  # torchvision missing or too old
+        return None
+    parts, attr = builder.__module__.split("."), builder.__name__
+    for k in range(2, len(parts) + 1):  # the shortest module that has it
+        if getattr(sys.modules.get(".".join(parts[:k])), attr, None) is builder:
+            return f"{'.'.join(parts[:k])}:{attr}"
+    return f"{builder.__module__}:{attr}"  # pragma: no cover
+
+
+class _WouldDownload(ConnectionError):
+    """Raised instead of torch.hub's download while ``plugdrop layers`` builds a model."""
+
+
+def _refuse_download(url: str, *args: Any, **kwargs: Any) -> None:
+    raise _WouldDownload(url)
+
+
 def _model(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
+    """The model, built without downloading: torch.hub's downloads raise instead (weights in
+    its local cache still load), and what torch printed about them is dropped with the error;
+    anything else the build printed (warnings) is passed on."""
+    from ..ablate.errors import ConfigError
+
+    out, err = io.StringIO(), io.StringIO()
+    download = torch.hub.download_url_to_file
+    setattr(torch.hub, "download_url_to_file", _refuse_download)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            model = _build(name, kwargs)
+    except _DOWNLOAD_ERRORS as e:
+        asked = [k for k in kwargs if "weight" in k or "pretrained" in k]
+        fix = (f"--model-kwargs asks for weights ({', '.join(asked)}): the module tree needs "
+               f"none, leave {'them' if len(asked) > 1 else 'it'} out" if asked else
+               "build it without pretrained weights (e.g. --model-kwargs "
+               "'{weights: null}'), or put its weights in torch.hub's cache first")
+        what = e.args[0] if isinstance(e, _WouldDownload) else _one_line(e)
+        raise ConfigError(f"model {name!r} tried to download while being built ({what}): "
+                          f"plugdrop layers never downloads; {fix}") from None
+    except BaseException:
+        sys.stdout.write(out.getvalue())
+        sys.stderr.write(err.getvalue())
+        raise
+    finally:
+        setattr(torch.hub, "download_url_to_file", download)
+    sys.stdout.write(out.getvalue())
+    sys.stderr.write(err.getvalue())
+    return model
+
+
+def _build(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
     import importlib
 
     from ..ablate.errors import ConfigError
 
-    if ":" in name:
-        module_name, _, attr = name.partition(":")
+    try:
+        if ":" in name:
+            module_name, _, attr = name.partition(":")
+            try:
+                factory = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as e:
+                raise ConfigError(f"model {name!r}: cannot import {attr} from {module_name} "
+                                  f"({e})") from None
+            try:
+                return factory(**{**_no_weights(factory), **kwargs})
+            except TypeError as e:
+                raise ConfigError(f"model {name!r}: bad --model-kwargs: {e}") from None
+        import timm
+
+        if not timm.is_model(name):
+            torchvision = _torchvision_name(name)
+            if torchvision is not None:
+                raise ConfigError(f"model {name!r} is not a timm model but a torchvision one: "
+                                  f"plugdrop layers {torchvision}")
+            names = timm.list_models()
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+            if not close:
+                close = difflib.get_close_matches(name.replace("_", ""), names, n=3,
+                                                  cutoff=0.6)
+            raise ConfigError(f"model {name!r} is not a timm model"
+                              + (f"; did you mean {', '.join(close)}?" if close else
+                                 "; see timm.list_models()"))
         try:
-            factory = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"model {name!r}: cannot import {attr} from {module_name} "
-                              f"({e})") from None
-        try:
-            return factory(**kwargs)
+            return timm.create_model(name, pretrained=False, **kwargs)
         except TypeError as e:
             raise ConfigError(f"model {name!r}: bad --model-kwargs: {e}") from None
-    import timm
+    except (ConfigError, *_DOWNLOAD_ERRORS):
+        raise
+    except Exception as e:  # the factory's own check of its arguments
+        given = f" with --model-kwargs '{_yaml(kwargs)}'" if kwargs else ""
+        raise ConfigError(f"model {name!r} could not be built{given}: {_one_line(e)}") from None
 
-    if not timm.is_model(name):
-        names = timm.list_models()
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-        if not close:
-            close = difflib.get_close_matches(name.replace("_", ""), names, n=3, cutoff=0.6)
-        raise ConfigError(f"model {name!r} is not a timm model"
-                          + (f"; did you mean {', '.join(close)}?" if close else
-                             "; see timm.list_models()"))
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    """``Type: message`` of ``e`` on one line, at most about ``limit`` characters."""
+    text = " ".join(f"{type(e).__name__}: {e}".split()).rstrip(".")
+    return text if len(text) <= limit else text[:limit].rstrip() + " ..."
+
+
+def _yaml(kwargs: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(kwargs, default_flow_style=True, width=1000).strip()
+
+
+def _dry_run(model: nn.Module, x: torch.Tensor) -> Exception | None:
+    """The model's own error on ``x`` (one forward in eval mode, without gradients), if any."""
+    model.eval()
     try:
-        return timm.create_model(name, pretrained=False, **kwargs)
-    except TypeError as e:
-        raise ConfigError(f"model {name!r}: bad --model-kwargs: {e}") from None
+        with torch.no_grad():
+            model(x)
+    except Exception as e:
+        return e
+    return None
+
+
+def _input_fix(name: str, model: nn.Module, kwargs: dict[str, Any],
+               size: tuple[int, int, int]) -> str:
+    """How to give ``model`` an input it takes, as far as the model tells."""
+    c, h, w = size
+    built = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if isinstance(built, (tuple, list)) and len(built) == 2 and tuple(built) != (h, w):
+        # a ViT-like model (timm's patch embedding) is built for one image size
+        return (f"build it for {h}x{w} with --model-kwargs "
+                f"'{_yaml({**kwargs, 'img_size': h if h == w else [h, w]})}', or give the size "
+                f"it was built for: --input-size {c} {built[0]} {built[1]}")
+    first = next((m for m in model.modules() if isinstance(m, _CONVS)), None)
+    if first is not None and first.in_channels != c:
+        timm_fix = (f", or build it for {c} channels with --model-kwargs "
+                    f"'{_yaml({**kwargs, 'in_chans': c})}'" if ":" not in name else "")
+        return (f"it takes {first.in_channels} input channels: --input-size "
+                f"{first.in_channels} {h} {w}{timm_fix}")
+    cfg = getattr(model, "pretrained_cfg", None)
+    made = cfg.get("input_size") if isinstance(cfg, dict) else None
+    return ("give an input size it takes with --input-size C H W"
+            + (f" (it was made for {' '.join(map(str, made))})" if made else ""))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,6 +242,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         return _fail(str(e))
     x = torch.zeros(1, c, h, w)
+    failure = _dry_run(model, x)
+    if failure is not None:
+        return _fail(f"model {args.model!r} fails on the input {tuple(x.shape)} "
+                     f"(--input-size {c} {h} {w}): {_one_line(failure)}; "
+                     f"{_input_fix(args.model, model, kwargs, (c, h, w))}")
     try:
         branches = pd.residual_branches(model, x) if args.residual else []
         table = pd.layers(model, x, selector=args.match, max_depth=args.depth)

@@ -11,6 +11,7 @@ from .. import _attach, _layout, _selection
 from .._attach import Observer
 from .._selection import Selector
 from .._table import format_table
+from ..errors import PlugdropError
 
 __all__ = ["layers", "LayerTable", "LayerRow"]
 
@@ -73,6 +74,8 @@ def layers(model: nn.Module, *inputs: Any, selector: Selector | None = None,
 
     Raises:
         ValueError: ``selector`` matches nothing (with the closest names), ``max_depth < 0``.
+        PlugdropError: the model's forward failed on the inputs (the message names the model,
+            the inputs' shapes and the model's own error, which is its ``__cause__``).
     """
     if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int)
                                   or max_depth < 0):
@@ -131,6 +134,15 @@ def _output_shapes(model: nn.Module, inputs: tuple, kwargs: dict
         try:
             with torch.no_grad():
                 model(*inputs, **kwargs)
+        except Exception as e:
+            given = [*inputs, *kwargs.values()]
+            described = ", ".join(str(tuple(v.shape)) if isinstance(v, torch.Tensor)
+                                  else type(v).__name__ for v in given)
+            error = " ".join(f"{type(e).__name__}: {e}".split()).rstrip(".")
+            raise PlugdropError(
+                f"layers() could not run {type(model).__name__} on the input"
+                f"{'s' if len(given) > 1 else ''} {described}: {error}; give an input it takes, "
+                f"or build it for this one (a timm ViT: img_size=...)") from e
         finally:
             model.train(was_training)
     return shapes.shapes, shapes.layouts

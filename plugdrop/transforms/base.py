@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
+from .. import _checks
 from .._device import PerDevice
 from ..errors import SettingError
 from ..schedules import LayerValue, Schedule, ScheduleLike, as_schedule
@@ -201,11 +202,9 @@ class Transform:
 
 
 def _floating(transform: Transform, x: torch.Tensor) -> None:
-    if not (x.is_floating_point() or x.is_complex()):
-        raise TypeError(f"{type(transform).__name__} acts on floating-point activations, got a "
-                        f"{x.dtype} tensor of shape {tuple(x.shape)} (token ids, masks?); "
-                        f"select a layer whose output is float, or pick the element with "
-                        f"element=")
+    _checks.floating(type(transform).__name__, x, "activations",
+                     "token ids or masks? select a layer whose output is float, or pick the "
+                     "element with element=")
 
 
 class ForwardTransform(Transform):
@@ -222,6 +221,11 @@ class ForwardTransform(Transform):
         """Apply at the named layer (the attachment calls this)."""
         _floating(self, x)
         return self.apply(x, **self._values(x.device, layer))
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        """Raise ``TypeError`` on an integer or boolean ``x`` (for subclasses that override
+        :meth:`_at`)."""
+        _floating(self, x)
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         """:meth:`_at` when the caller knows that ``torch.compile`` is not tracing (the
@@ -251,9 +255,17 @@ class GradientTransform(Transform):
     ``apply`` receives the gradient of an activation; :meth:`_apply_param` (default: ``apply``)
     the gradient of one parameter tensor (``where="params"``). A transform with
     ``params_only = True`` needs the parameter itself and attaches with ``where="params"`` only.
+    Called on a tensor (``transform(g)``), it raises ``TypeError`` on an integer or boolean one.
     """
 
     params_only = False
+
+    def __call__(self, g: torch.Tensor) -> torch.Tensor:
+        """Transform ``g`` as the gradient of an activation; ``TypeError`` on an integer or
+        boolean ``g``."""
+        _checks.floating(type(self).__name__, g, "gradients",
+                         "pass the gradient of a floating-point tensor")
+        return super().__call__(g)
 
     def _apply_param(self, g: torch.Tensor, *args: Any, **values: Any) -> torch.Tensor:
         return self.apply(g, **values)

@@ -159,6 +159,11 @@ class Dropout2d(_Layout):
         layout, prefix_tokens: as in :class:`DropBlock`.
 
     Shape: ``(B, C, *spatial)`` with 0 to 3 spatial dims, or per ``layout``.
+
+    Raises:
+        SettingError: a bad ``p`` (or a schedule reaching one), ``layout`` or ``prefix_tokens``.
+        ShapeError: at the forward, a tensor the layout does not fit (naming the layer).
+        TypeError: an integer or boolean input.
     """
 
     def __init__(self, p: ScheduleLike, *, layout: str | None = None,
@@ -186,6 +191,10 @@ class Dropout(ForwardTransform):
 
     Args:
         p: drop probability in ``[0, 1)``; a number or a schedule.
+
+    Raises:
+        SettingError: a bad ``p`` (or a schedule reaching one).
+        TypeError: an integer or boolean input.
     """
 
     def __init__(self, p: ScheduleLike) -> None:
@@ -210,6 +219,11 @@ class DropPath(ForwardTransform):
         scale_by_keep: rescale kept samples by ``1 / (1 - p)``. Default: ``True``.
 
     Shape: any, with the batch first.
+
+    Raises:
+        SettingError: a bad ``p`` (or a schedule reaching one).
+        ShapeError: at the forward, a 0-dim tensor (naming the layer).
+        TypeError: an integer or boolean input.
     """
 
     def __init__(self, p: ScheduleLike, *, scale_by_keep: bool = True) -> None:
@@ -269,6 +283,7 @@ class DropHead(ForwardTransform):
     Raises:
         ShapeError: ``C`` not divisible by ``num_heads`` (at the forward).
         SettingError: a bad ``p`` or ``num_heads``.
+        TypeError: an integer or boolean input.
     """
 
     def __init__(self, p: ScheduleLike, num_heads: int) -> None:
@@ -304,6 +319,7 @@ class DropToken(ForwardTransform):
     Raises:
         SettingError: a bad ``p``, ``layout`` or ``prefix_tokens``.
         ShapeError: at the forward, a tensor the layout does not fit (naming the layer).
+        TypeError: an integer or boolean input.
     """
 
     def __init__(self, p: ScheduleLike, *, layout: str = "tokens",

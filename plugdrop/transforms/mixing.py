@@ -89,6 +89,7 @@ class ManifoldMixup(_Mixing):
         self._lam = float(torch.distributions.Beta(alpha, alpha).sample())
 
     def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
         if layer != self._chosen or self.last is not None:
             return x
         index = torch.randperm(x.shape[0], device=x.device)
@@ -150,6 +151,7 @@ class PatchUp(_Mixing):
                      if self.mode == "soft" else 0.0)
 
     def _at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
         if layer != self._chosen or self.last is not None:
             return x
         index = torch.randperm(x.shape[0], device=x.device)

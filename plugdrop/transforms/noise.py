@@ -22,7 +22,12 @@ class GaussianNoise(ForwardTransform):
         std: noise standard deviation, ``>= 0``; a number or a schedule.
         multiplicative: multiply instead of add. Default: ``False``.
 
-    Shape: any; the noise is drawn per element in ``x``'s dtype and memory format.
+    Shape: any; the noise is drawn per element in ``x``'s dtype and memory format (the same
+    noise for the same values in any memory layout).
+
+    Raises:
+        SettingError: a bad ``std`` (or a schedule reaching one).
+        TypeError: an integer or boolean input.
     """
 
     def __init__(self, std: ScheduleLike, *, multiplicative: bool = False) -> None:

@@ -212,3 +212,76 @@ def test_layers_shows_the_default_layout_and_residual_branches():
     assert rows["blocks.0"].layout == "tokens? (pass layout)"
     assert rows["blocks.0.drop_path1"].residual and not rows["blocks.0.attn"].residual
     assert "R" in str(pd.layers(vit, x, max_depth=3))
+
+
+@pytest.mark.parametrize("target,message", [
+    (99, r"target 99 is out of range: the model's output \(3, 3\) has 3 classes, so a target "
+         r"is a class index in 0\.\.2$"),
+    (-1, r"target -1 is out of range: .* in 0\.\.2; negative indices are not taken"),
+    ([0, 3, 1], r"target\[1\] = 3 is out of range: .* 3 classes, .* in 0\.\.2$"),
+    (torch.tensor([-1, 5, 0]), r"target\[0\] = -1, target\[1\] = 5 are out of range: .* in "
+                               r"0\.\.2; negative"),
+    (torch.tensor(7), r"target 7 is out of range"),
+])
+def test_gradcam_refuses_a_target_out_of_range(target, message):
+    m = _net().eval()
+    with pytest.raises(pd.SettingError, match=message):
+        pd.gradcam(m, torch.randn(3, 3, 8, 8), "2", target=target)
+    assert _no_hooks(m)
+
+
+@pytest.mark.parametrize("target,error,message", [
+    ([0, 1], pd.ShapeError, r"targets of shape \(2,\) for 3 images: give one class per image"),
+    (torch.zeros(3, 1, dtype=torch.long), pd.ShapeError, r"shape \(3, 1\) for 3 images"),
+    (1.0, TypeError, "an int, a list of ints or an integer tensor, got float 1.0"),
+    (True, TypeError, "got bool True"),
+    ([0, 1.5, 2], TypeError, r"got \[0, 1.5, 2\]"),
+    (torch.tensor([0.0, 1.0, 2.0]), TypeError, "got a torch.float32 tensor"),
+])
+def test_gradcam_refuses_targets_of_the_wrong_kind(target, error, message):
+    with pytest.raises(error, match=message):
+        pd.gradcam(_net().eval(), torch.randn(3, 3, 8, 8), "2", target=target)
+
+
+def test_gradcam_takes_targets_as_int_list_tuple_or_tensor():
+    m, x = _net().eval(), torch.randn(3, 3, 8, 8)
+    want = pd.gradcam(m, x, "2", target=[2, 2, 2])
+    for same in (2, (2, 2, 2), torch.tensor(2), torch.tensor([2, 2, 2], dtype=torch.int32)):
+        assert torch.equal(pd.gradcam(m, x, "2", target=same), want)
+
+
+def test_save_gradcam_refuses_heatmaps_of_other_images(tmp_path):
+    x = torch.randn(3, 3, 8, 8)
+    cam = pd.gradcam(_net().eval(), x, "2")
+    with pytest.raises(pd.ShapeError, match=r"images \(2, 3, 8, 8\) and heatmaps \(3, 8, 8\): "
+                                            r"2 images but 3 heatmaps"):
+        pd.save_gradcam(tmp_path / "a.png", x[:2], cam)
+    with pytest.raises(pd.ShapeError, match=r"images \(3, 3, 8, 8\) and heatmaps \(3, 4, 4\): "
+                                            r"the heatmaps are not the images' size \(8, 8\)"):
+        pd.save_gradcam(tmp_path / "a.png", x, cam[:, :4, :4])
+    with pytest.raises(pd.ShapeError, match=r"needs images \(B, C, H, W\) and heatmaps "
+                                            r"\(B, H, W\), got images \(3, 8, 8\)"):
+        pd.save_gradcam(tmp_path / "a.png", x[0], cam)
+    with pytest.raises(pd.ShapeError, match="2 titles for 3 images"):
+        pd.save_gradcam(tmp_path / "a.png", x, cam, titles=["a", "b"])
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_layers_names_the_model_and_the_input_when_the_model_fails():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+    with pytest.raises(pd.PlugdropError, match=r"layers\(\) could not run Sequential on the "
+                                               r"input \(1, 3, 10, 10\): RuntimeError: .*"
+                                               r"give an input it takes") as info:
+        pd.layers(model, torch.zeros(1, 3, 10, 10))
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert _no_hooks(model) and model.training  # nothing left behind
+    assert len(pd.layers(model, torch.zeros(1, 3, 8, 8))) == 4
+
+
+def test_save_gradcam_writes_into_a_file_object():
+    """What a caller that writes files its own way (the runner's one writer) uses."""
+    import io
+
+    buf = io.BytesIO()
+    got = pd.save_gradcam(buf, torch.rand(2, 3, 8, 8), torch.rand(2, 8, 8), titles=["a", "b"])
+    assert got is buf and buf.getvalue().startswith(b"\x89PNG\r\n\x1a\n")

@@ -17,8 +17,42 @@ import torch
 import torch.nn as nn
 
 import plugdrop as pd
+from conftest import memory_layouts
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+DEVICES = [pytest.param("cpu"),
+           pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                         reason="needs a CUDA device"))]
+#: Inputs of the memory-layout tests: a small map, one of 65,536 elements (where Dropout2d on
+#: small maps, the noise kernel and the sparse draws start), a 3-D map.
+LAYOUT_SHAPES = [(4, 6, 10, 10), (16, 64, 8, 8), (2, 6, 5, 6, 8)]
+INTEGERS = [torch.int64, torch.int32, torch.uint8, torch.bool]
+
+
+def same_in_every_layout(f: Any, shape: tuple[int, ...], device: str, calls: int = 1,
+                         exact: bool = True) -> None:
+    """``f(x)`` and its input gradient, seeded, are bit-identical for every memory order of
+    the same ``x`` (and the same upstream gradient, in the same order), ``calls`` times each;
+    with ``exact=False`` equal to rounding (a norm sums in memory order)."""
+    x0 = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device)
+    w0 = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(device)
+    results = {}
+    for (name, x), w in zip(memory_layouts(x0).items(), memory_layouts(w0).values()):
+        for call in range(calls):
+            x = x.detach().requires_grad_()
+            torch.manual_seed(7)
+            y = f(x)
+            (g,) = torch.autograd.grad(y, x, w)
+            results[name, call] = (y.detach(), g)
+    want, want_grad = results["contiguous", 0]
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return torch.equal(a, b) if exact else torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+
+    moved = [f"{name} (call {call + 1}): {'output' if not same(y, want) else 'gradient'}"
+             for (name, call), (y, g) in results.items()
+             if not (same(y, want) and same(g, want_grad))]
+    assert not moved, f"another draw than for the contiguous input: {', '.join(moved)}"
 
 
 def conv_model() -> nn.Module:
@@ -138,6 +172,32 @@ class ForwardConformance(TransformConformance):
         assert y.is_contiguous(memory_format=fmt)
         y.backward(torch.randn_like(y).to(memory_format=fmt))
         assert x.grad is not None and x.grad.is_contiguous(memory_format=fmt)
+
+    @pytest.mark.parametrize("device", DEVICES)
+    @pytest.mark.parametrize("shape", LAYOUT_SHAPES)
+    def test_same_seed_same_mask_in_every_memory_layout(self, shape, device):
+        same_in_every_layout(self.make(self.value), shape, device)
+
+    @pytest.mark.parametrize("device", DEVICES)
+    @pytest.mark.parametrize("shape", LAYOUT_SHAPES)
+    def test_same_seed_same_mask_in_every_memory_layout_through_hooks(self, shape, device):
+        # twice per layout: the second call of a shape takes the hooks' cached fast paths
+        m = nn.Sequential(nn.Identity()).train()
+        pd.attach(m, "0", self.make(self.value))
+        same_in_every_layout(m, shape, device, calls=2)
+
+    @pytest.mark.parametrize("dtype", INTEGERS)
+    def test_integer_and_boolean_inputs_raise_a_type_error(self, dtype):
+        x = torch.ones(self.input_shape, dtype=dtype)
+        name = type(self.make(self.value)).__name__
+        with pytest.raises(TypeError, match=f"{name} acts on floating-point.*{dtype}"):
+            self.make(self.value)(x)
+        m = nn.Sequential(nn.Identity()).train()
+        pd.attach(m, "0", self.make(self.value))
+        for _ in range(2):  # the hooks' fast paths too, once a float tensor of the shape ran
+            with pytest.raises(TypeError, match=f"layer '0'.*floating-point.*{dtype}"):
+                m(x)
+            m(torch.ones(self.input_shape))
 
     def test_autocast_keeps_the_autocast_dtype(self):
         conv = nn.Conv2d(6, 6, 1)
@@ -299,6 +359,23 @@ class GradientConformance(TransformConformance):
             return t._call_param(g, None, torch.randn_like(g))
         return t(g)
 
+    @pytest.mark.parametrize("device", DEVICES)
+    @pytest.mark.parametrize("shape", LAYOUT_SHAPES)
+    def test_same_seed_same_gradient_in_every_memory_layout(self, shape, device):
+        if self.params:
+            pytest.skip("a parameter-gradient transform: does not attach to activations")
+        m = nn.Sequential(nn.Identity())
+        pd.attach(m, "0", self.make(self.value))
+        # random noise: bit-identical; the others reduce (norms) in memory order
+        same_in_every_layout(m, shape, device, exact=not self.deterministic)
+
+    @pytest.mark.parametrize("dtype", INTEGERS)
+    def test_integer_and_boolean_inputs_raise_a_type_error(self, dtype):
+        g = torch.ones(4, 6, dtype=dtype)
+        name = type(self.make(self.value)).__name__
+        with pytest.raises(TypeError, match=f"{name} acts on floating-point.*{dtype}"):
+            self.make(self.value)(g)
+
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
     def test_gradient_dtype_kept(self, dtype):
         g = torch.randn(4, 6, dtype=dtype)
@@ -351,6 +428,13 @@ class CoordinatedConformance(TransformConformance):
         assert y.dtype == dtype and h.layer == "0"
         y.sum().backward()
         assert x.grad is not None and torch.isfinite(x.grad).all()
+
+    @pytest.mark.parametrize("dtype", INTEGERS)
+    def test_integer_and_boolean_inputs_raise_a_type_error(self, dtype):
+        m = nn.Sequential(nn.Identity(), nn.Identity()).train()
+        pd.attach(m, ["0", "1"], self.make(self.value))
+        with pytest.raises(TypeError, match=f"layer '.'.*floating-point.*{dtype}"):
+            m(torch.ones(6, 4, dtype=dtype))
 
     def test_copies_keep_the_attachment_and_its_step(self):
         m = self._model().train()
