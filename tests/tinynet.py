@@ -51,3 +51,14 @@ def make_float64(num_classes: int = 10, width: int = 8) -> nn.Module:
     """The tiny network of :func:`make` in float64 (its layers keep their names under
     ``body.``): the golden ablation's model."""
     return _Float64(make(num_classes, width))
+
+
+def make_heavy(num_classes: int = 10, width: int = 8, megabytes: int = 96) -> nn.Module:
+    """The tiny network with a large buffer its forward never reads: the same training, a
+    checkpoint of about ``megabytes`` MB whose writing takes long enough to be caught midway
+    (the fault tests kill a run while it writes one)."""
+    import torch
+
+    net = make(num_classes, width)
+    net.register_buffer("ballast", torch.zeros(megabytes * 2 ** 18))  # float32: 4 bytes each
+    return net

@@ -10,6 +10,6 @@ folders), ``runner`` (the ablation), ``progress``, ``logging`` (TensorBoard), ``
 """
 
 from .config import AblationConfig, load
-from .errors import ConfigError
+from .errors import ConfigError, DataGone, Fault, StorageError
 
-__all__ = ["AblationConfig", "ConfigError", "load"]
+__all__ = ["AblationConfig", "ConfigError", "DataGone", "Fault", "StorageError", "load"]

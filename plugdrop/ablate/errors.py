@@ -1,6 +1,47 @@
-"""The one error type of the ablation runner."""
+"""The error types of the ablation runner: a user's mistake, and a fault of the environment.
+
+A :class:`ConfigError` is met before (or instead of) training and fixed by changing the config,
+the data or the command; the CLI exits with status 2. A :class:`Fault` is the environment
+failing under a correct ablation (a full disk, a read-only or vanished folder): the ablation
+stops at once, starts no other run, marks no run failed, and continues with ``--resume`` once
+the fault is removed; the CLI exits with status :data:`FAULT_EXIT` (74, ``EX_IOERR``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["FAULT_EXIT", "ConfigError", "DataGone", "Fault", "StorageError"]
+
+#: the exit status of ``plugdrop ablate`` (and of a worker) stopped by a :class:`Fault`
+FAULT_EXIT = 74
 
 
 class ConfigError(ValueError):
     """A user mistake in an ablation: config, data, model or output folder. The message is one
     line naming the place and the fix."""
+
+
+class Fault(RuntimeError):
+    """A fault of the environment under a correct ablation. The message is one line naming
+    the place and what happened; ``fix`` says what to do before continuing with
+    ``--resume`` (the CLI adds the command)."""
+
+    fix = "then continue"
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        if fix is not None:
+            self.fix = fix
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # survives a worker's pickling
+        return type(self), (str(self), self.fix)
+
+
+class StorageError(Fault):
+    """Writing a file of the ablation failed: no space left, over quota, a read-only file
+    system, no permission, or over the file-size limit. Raised by the runner's one writer
+    (:mod:`plugdrop.ablate.runs.files`), never half-written: the previous file is intact."""
+
+
+class DataGone(Fault):
+    """The data vanished or became unreadable while a run trained (a dropped network mount,
+    a deleted folder)."""

@@ -3,9 +3,11 @@
 trains.
 
 A run is claimed through its lock (another process training it: ``busy``; finished meanwhile:
-``finished``), every start is recorded in ``runs/<id>/attempts.jsonl``, it resumes from its
-checkpoint when it has one, writes a metrics line and a checkpoint per epoch, and ends with
-``done.json``, or ``failed.json`` when it crashed (the crash is recorded, not raised).
+``finished``), every start is recorded in ``runs/<id>/attempts.jsonl``, it resumes from the last
+checkpoint that loads (a torn one is passed over with a warning), writes a metrics line and a
+verified checkpoint per epoch, and ends with ``done.json``, or ``failed.json`` when it crashed
+(the crash is recorded, not raised). A fault of the environment (a full disk, data that
+vanished) is raised, not recorded: the run is not the problem.
 """
 
 from __future__ import annotations
@@ -21,16 +23,16 @@ from . import logging as run_logging
 from . import runs
 from .config import AblationConfig
 from .data import DataSets, build_datasets, default_workers, parse_data_spec
-from .errors import ConfigError
+from .errors import ConfigError, Fault
 from .progress import Progress
 from .train import Dist, StopFlag, Stopped, Trainer, on_rank0, save_gradcam
 from .train.build import locate, one_line
 
-__all__ = ["BUSY", "FAILED", "FINISHED", "STOPPED", "Result", "execute", "load_data",
+__all__ = ["BUSY", "FAILED", "FAULT", "FINISHED", "STOPPED", "Result", "execute", "load_data",
            "train_run", "workers_for"]
 
-#: how a run's execution ended
-FINISHED, FAILED, BUSY, STOPPED = "finished", "failed", "busy", "stopped"
+#: how a run's execution ended (``fault``: the environment failed, see :class:`Fault`)
+FINISHED, FAILED, BUSY, STOPPED, FAULT = "finished", "failed", "busy", "stopped", "fault"
 _GO = "go"
 
 
@@ -61,39 +63,41 @@ def workers_for(cfg: AblationConfig, data: DataSets) -> int:
     return default_workers() if cfg.workers == "auto" else int(cfg.workers)
 
 
-def checkpoint_epoch(rd: runs.RunDir) -> int:
-    """The last epoch in the run's checkpoint (0 when there is none)."""
-    if not rd.checkpoint.exists():
-        return 0
-    try:
-        state = torch.load(rd.checkpoint, map_location="cpu", weights_only=False)
-        return int(state.get("epoch", 0))
-    except Exception:  # a damaged checkpoint: the trainer will report it
-        return 0
-
-
-def _claim(rd: runs.RunDir, lock: runs.RunLock, launcher: str) -> str:
-    """Take the run's lock and record the attempt; ``finished`` or ``busy`` instead when the
-    run needs no training here (shards and launcher jobs share one ``--out``)."""
+def _claim(rd: runs.RunDir, lock: runs.RunLock, launcher: str
+           ) -> tuple[str, runs.Recovery | None]:
+    """Take the run's lock, choose the checkpoint it resumes from and record the attempt;
+    ``finished`` or ``busy`` instead when the run needs no training here (shards and launcher
+    jobs share one ``--out``)."""
     if rd.status == runs.FINISHED:
-        return FINISHED
+        return FINISHED, None
     if not lock.try_acquire():
-        return BUSY
-    if rd.status == runs.FINISHED:
+        return BUSY, None
+    try:
+        if rd.status == runs.FINISHED:
+            lock.release()
+            return FINISHED, None
+        recovery = rd.recover()
+        rd.record_attempt(recovery.epoch + 1, launcher)
+    except BaseException:
         lock.release()
-        return FINISHED
-    rd.record_attempt(checkpoint_epoch(rd) + 1, launcher)
-    return _GO
+        raise
+    return _GO, recovery
 
 
 def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, workers: int,
-              stop: StopFlag, progress: Progress) -> None:
-    """Train one run to the end, resuming from its checkpoint when it has one."""
+              stop: StopFlag, progress: Progress,
+              recovery: runs.Recovery | None = None) -> None:
+    """Train one run to the end, resuming from ``recovery`` (its checkpoint; default: the
+    one :meth:`~plugdrop.ablate.runs.RunDir.recover` chooses)."""
+    if recovery is None:
+        recovery = on_rank0(d, rd.recover)
     variant = cfg.variant(rd.variant)
     trainer = Trainer.create(cfg, variant, rd.seed, data, d, workers)
     try:
         start_epoch = 1
-        ckpt = rd.checkpoint if rd.checkpoint.exists() else None
+        ckpt = recovery.path
+        if d.main and (note := recovery.message(rd.id)) is not None:
+            progress.message(f"plugdrop ablate: warning: {note}")
         if ckpt is not None:
             state = torch.load(ckpt, map_location=d.device, weights_only=False)
             trainer.load_state_dict(state)
@@ -116,7 +120,7 @@ def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, wor
                 state = trainer.state_dict()  # collective under torchrun
                 if d.main:
                     rd.append_metrics(record)
-                    runs.atomic_torch_save(rd.checkpoint, state)
+                    rd.save_checkpoint(state)
                     if logger is not None:
                         logger.log(record)
                 progress.epoch(record)
@@ -155,16 +159,18 @@ def execute(cfg: AblationConfig, rd: runs.RunDir, d: Dist, data: Callable[[], Da
         Stopped: a signal stopped the run at a step boundary (its last epoch is kept).
         KeyboardInterrupt: a second Ctrl-C.
         ConfigError: a user mistake met only now (an unreadable image, say).
+        Fault: the environment failed (a full disk, data that vanished): the run is not
+            marked failed; its finished epochs are kept.
     """
     lock = runs.RunLock(rd)
-    state = on_rank0(d, lambda: _claim(rd, lock, launcher))
+    state, recovery = on_rank0(d, lambda: _claim(rd, lock, launcher))
     if state != _GO:
         return Result(state)
     try:
         loaded = data()
-        train_run(cfg, rd, loaded, d, workers_for(cfg, loaded), stop, progress)
+        train_run(cfg, rd, loaded, d, workers_for(cfg, loaded), stop, progress, recovery)
         return Result(FINISHED)
-    except (ConfigError, Stopped):
+    except (ConfigError, Fault, Stopped):
         raise
     except Exception as e:  # a crashing run is recorded; the others go on
         if d.main:

@@ -263,6 +263,9 @@ def _factory_model(name: str, num_classes: int, kwargs: dict[str, Any],
     args = dict(kwargs)
     if in_chans != 3:
         args["in_chans"] = in_chans
+    if name.startswith("torchvision."):  # nothing downloads: a detector's backbone would
+        args.update({w: None for w in ("weights", "weights_backbone")
+                     if w in accepted and w not in args})
     takes_classes = "num_classes" in accepted or open_kwargs
     try:
         try:

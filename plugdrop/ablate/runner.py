@@ -21,7 +21,7 @@ import torch
 from . import config, runs
 from .config import AblationConfig
 from .data import DataSets
-from .errors import ConfigError
+from .errors import ConfigError, Fault
 from .execute import load_data
 from .launch import LaunchContext, LaunchOptions, Launcher, Outcome, drive, make_launcher
 from .launch.shard import check_fresh, select
@@ -61,25 +61,32 @@ def _manifest(cfg: AblationConfig, data: DataSets, d: Dist) -> dict[str, Any]:
             "versions": versions(),
             "data": {"name": data.name, "train": len(data.train),  # type: ignore[arg-type]
                      "val": len(data.val), "classes": list(data.classes),  # type: ignore[arg-type]
-                     "world_size": d.world}}
+                     "world_size": d.world,
+                     **({"files": len(data.files), "fingerprint": runs.fingerprint(data.files)}
+                        if data.files else {})}}
 
 
 def _claim_folder(cfg: AblationConfig, out: Path, lock: runs.Lock, manifest: dict[str, Any],
-                  resume: bool, shard: tuple[int, int] | None) -> None:
+                  resume: bool, shard: tuple[int, int] | None, files: Sequence[str],
+                  accept_data_change: bool) -> None:
     """Lock ``out`` and write ``ablation.json`` and the config the jobs read, or refuse the
-    folder (runs of another config, runs without ``--resume``, another ablation in it)."""
+    folder (runs of another config, runs without ``--resume``, another ablation in it, data
+    files that changed since it started)."""
     runs.check_out(out)
-    out.mkdir(parents=True, exist_ok=True)
+    runs.ensure_dir(out, "the ablation folder")
     lock.acquire()
     try:
         with runs.claiming(out):
             if shard is not None:
                 check_fresh(out, cfg, shard, resume)
-            runs.prepare(out, manifest, resume or shard is not None, config.unhashed())
+            warning = runs.prepare(out, manifest, resume or shard is not None,
+                                   config.unhashed(), files, accept_data_change)
             save_config(out, cfg)
-    except ConfigError:
+    except (ConfigError, Fault):
         lock.release()
         raise
+    if warning is not None:
+        print(f"plugdrop ablate: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _check_decisions(cfg: AblationConfig, data: DataSets) -> None:
@@ -95,8 +102,8 @@ def _check_decisions(cfg: AblationConfig, data: DataSets) -> None:
 def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
                  argv: Sequence[str], data: DataSets | None = None,
                  progress: Progress | None = None, shard: tuple[int, int] | None = None,
-                 launcher: Launcher | None = None, options: LaunchOptions | None = None
-                 ) -> Outcome:
+                 launcher: Launcher | None = None, options: LaunchOptions | None = None,
+                 accept_data_change: bool = False) -> Outcome:
     """Check, then train every unfinished run of ``cfg`` into ``out``: all of them for a fixed
     design, round after round until each variant is decided for an adaptive one
     (``seeds: {min, max}``; the decisions go to ``OUT/decisions.jsonl``).
@@ -108,6 +115,13 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
         launcher: where the runs train (:func:`plugdrop.ablate.launch.make_launcher`);
             default: here, one after another. Closed when the ablation ends.
         options: the launcher's options (retries among them).
+        accept_data_change: resume even though the data folder's files changed since the
+            ablation started (refused otherwise).
+
+    Raises:
+        ConfigError: a mistake in the config, data or folder (before any run trains).
+        Fault: the environment failed (a full disk, data that vanished): the ablation stopped,
+            no run is marked failed, ``--resume`` continues once the fault is removed.
     """
     options = options or LaunchOptions()
     launcher = launcher or make_launcher("local", options)
@@ -123,7 +137,8 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
         agree(d, lambda: dry_run(cfg, data, d))
         lock = runs.Lock(out, shared=shard is not None)
         manifest = _manifest(cfg, data, d)
-        on_rank0(d, lambda: _claim_folder(cfg, out, lock, manifest, resume, shard))
+        on_rank0(d, lambda: _claim_folder(cfg, out, lock, manifest, resume, shard,
+                                          data.files, accept_data_change))
         try:
             return _train(cfg, out, d, data, progress, shard, launcher, options)
         finally:
@@ -201,5 +216,6 @@ def _replay(out: Path, design: Design, metric: str) -> Replay:
     ``OUT/decisions.jsonl`` (one line each, with its reason)."""
     rep = design.replay(decision_values(load_ablation(out), metric))
     runs.atomic_write_bytes(out / "decisions.jsonl",
-                            "".join(json.dumps(e) + "\n" for e in rep.events).encode())
+                            "".join(json.dumps(e) + "\n" for e in rep.events).encode(),
+                            "the decisions")
     return rep

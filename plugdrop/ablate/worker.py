@@ -10,8 +10,9 @@ config next to it (``OUT/.config.pkl``); a worker reads them and executes the ru
 (:func:`plugdrop.ablate.execute.execute`: its lock, ``attempts.jsonl``, the resume from its last
 checkpoint), writing the run folder exactly as the local launcher does.
 
-Exit status: 0 finished (or finished already), 1 failed, 2 a mistake (one line), 75 another
-process trains this run now, 128 + signal when SIGINT / SIGTERM stopped it.
+Exit status: 0 finished (or finished already), 1 failed, 2 a mistake (one line), 74 a fault of
+the environment (a full disk, data that vanished: one line; the run is not marked failed), 75
+another process trains this run now, 128 + signal when SIGINT / SIGTERM stopped it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import pickle
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,22 +30,41 @@ import torch
 
 from . import runs
 from .config import AblationConfig
-from .errors import ConfigError
-from .execute import BUSY, FAILED, FINISHED, STOPPED, execute, load_data
+from .data import DataSets
+from .errors import FAULT_EXIT, ConfigError, Fault
+from .execute import BUSY, FAILED, FAULT, FINISHED, STOPPED, execute, load_data
 from .progress import Progress
 from .train import StopFlag, Stopped, agree, resolve_device, setup_distributed
 
-__all__ = ["BUSY", "CONFIG_FILE", "FAILED", "FINISHED", "STOPPED", "find_run", "job_command",
-           "load_config", "main", "run_job", "run_one", "save_config"]
+__all__ = ["BUSY", "CONFIG_FILE", "FAILED", "FAULT", "FINISHED", "STOPPED", "fault_of",
+           "fault_status", "find_run", "job_command", "load_config", "main", "run_job",
+           "run_one", "save_config"]
 
 CONFIG_FILE = ".config.pkl"
 
-_EXIT = {FINISHED: 0, FAILED: 1, BUSY: 75}
+_EXIT = {FINISHED: 0, FAILED: 1, FAULT: FAULT_EXIT, BUSY: 75}
+
+
+def fault_status(e: Fault) -> str:
+    """A job's status for a fault: ``"fault: {...}"``, which :func:`fault_of` reads back."""
+    return f"{FAULT}: " + json.dumps({"message": str(e), "fix": e.fix})
+
+
+def fault_of(status: str) -> Fault | None:
+    """The :class:`Fault` of a job's :func:`fault_status`, else ``None``."""
+    head, _, body = status.partition(": ")
+    if head != FAULT:
+        return None
+    try:
+        what = json.loads(body)
+        return Fault(str(what["message"]), str(what["fix"]))
+    except (ValueError, KeyError, TypeError):
+        return Fault(body or "a job stopped on a fault of the environment")
 
 
 def save_config(out: Path, cfg: AblationConfig) -> None:
     """Store the validated config for the workers (atomically, next to ``ablation.json``)."""
-    runs.atomic_write_bytes(out / CONFIG_FILE, pickle.dumps(cfg))
+    runs.atomic_write_bytes(out / CONFIG_FILE, pickle.dumps(cfg), "the config the jobs read")
 
 
 def load_config(out: Path) -> AblationConfig:
@@ -62,6 +83,20 @@ def load_config(out: Path) -> AblationConfig:
         raise ConfigError(f"{out}/{CONFIG_FILE}: does not belong to {out}/ablation.json; "
                           f"run plugdrop ablate CONFIG --out {out} --resume again")
     return cfg
+
+
+def _same_data(out: Path, data: DataSets) -> DataSets:
+    """``data``, checked against the files the ablation started on (a job on another machine
+    may see another copy of the data)."""
+    try:
+        want = json.loads((out / "ablation.json").read_text()).get("data", {})
+    except (OSError, ValueError):
+        return data
+    if want.get("fingerprint") and runs.fingerprint(data.files) != want["fingerprint"]:
+        raise ConfigError(f"data: {data.name}: the files here ({socket.gethostname()}: "
+                          f"{len(data.files)}) are not those the ablation started on "
+                          f"({want.get('files', '?')}); give this machine the same data")
+    return data
 
 
 def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
@@ -88,7 +123,9 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
             submitit, which handles preemption itself).
 
     Returns:
-        ``"finished"``, ``"failed"``, ``"busy"`` (another process trains it) or ``"stopped"``.
+        ``"finished"``, ``"failed"``, ``"busy"`` (another process trains it), ``"stopped"``
+        or a :func:`fault_status` (the environment failed: a full disk, data that vanished;
+        the message is also printed, the run is not marked failed).
 
     Raises:
         ConfigError: a user mistake (no such folder or run, data missing on this machine);
@@ -104,10 +141,14 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
     if handle_signals:
         stop.install()
     try:
-        result = execute(cfg, rd, d, lambda: agree(d, lambda: load_data(cfg)), stop=stop,
-                         progress=Progress(1, d.main, tty=False), launcher=launcher)
+        result = execute(cfg, rd, d, lambda: agree(d, lambda: _same_data(out, load_data(cfg))),
+                         stop=stop, progress=Progress(1, d.main, tty=False), launcher=launcher)
     except Stopped:
         return STOPPED
+    except Fault as e:
+        if d.main:
+            _say(f"plugdrop worker: run {run_id}: {e}; {e.fix}")
+        return fault_status(e)
     except ConfigError as e:  # e.g. the data is not readable on this node: the driver shows it
         if d.main:
             rd.failed(e, rd.current_epoch(), "")
@@ -115,9 +156,16 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
     finally:
         stop.restore()
     if result.status == FAILED:
-        print(f"plugdrop worker: run {run_id} failed: {result.error}", file=sys.stderr,
-              flush=True)
+        _say(f"plugdrop worker: run {run_id} failed: {result.error}")
     return result.status
+
+
+def _say(line: str) -> None:
+    """A line on stderr; a log on a full disk may refuse it (the driver tells the user)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def job_command(out: Path, run_id: str, *, nproc: int, launcher: str,
@@ -152,6 +200,8 @@ def status_after(out: Path, run_id: str, returncode: int) -> str:
     status = find_run(load_config(out), out, run_id).status
     if status in (FINISHED, FAILED):
         return status
+    if returncode == FAULT_EXIT:
+        return FAULT
     return BUSY if returncode == 75 else STOPPED
 
 
@@ -170,14 +220,18 @@ def main(argv: list[str] | None = None) -> int:
                          threads=args.threads)
     except ConfigError as e:
         if rank == 0:
-            print(f"plugdrop worker: {e}", file=sys.stderr, flush=True)
+            _say(f"plugdrop worker: {e}")
         return 2
+    except Fault as e:  # met before or after the run (the config, its failure record)
+        if rank == 0:
+            _say(f"plugdrop worker: {e}")
+        return FAULT_EXIT
     finally:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
-    return _EXIT.get(status, 128 + 15)
+    return _EXIT.get(status.partition(": ")[0], 128 + 15)
 
 
 if __name__ == "__main__":

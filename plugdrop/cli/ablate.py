@@ -3,6 +3,8 @@
 Exit status: 0 when every run finished, 1 when a run failed (the others still trained),
 2 for a mistake in the config, data or output folder (one line, before any training, printed
 once by rank 0 under torchrun, whose launcher then adds its own failure report),
+74 when a fault of the environment stopped it (a full disk, a read-only folder, data that
+vanished: one line with the command that continues; no run is marked failed),
 130 / 143 when SIGINT / SIGTERM stopped it (the command that resumes is printed).
 
 The flags of settings (``--epochs``...) come from the runner's settings table, those of the
@@ -28,6 +30,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the ablation in --out: skip finished runs, continue "
                         "unfinished ones from their last checkpoint")
+    p.add_argument("--accept-data-change", action="store_true",
+                   help="with --resume: go on although the data folder's files changed since "
+                        "the ablation started (another split than its finished runs had)")
     p.add_argument("--list", action="store_true",
                    help="print the runs (variant x seed, grids expanded) and exit")
     p.add_argument("--settings", action="store_true",
@@ -78,7 +83,7 @@ def _overrides(args: argparse.Namespace) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from ..ablate import config, runs
-    from ..ablate.errors import ConfigError
+    from ..ablate.errors import FAULT_EXIT, ConfigError, Fault
     from ..ablate.launch import make_launcher, options
     from ..ablate.report import Rebuilder
     from ..ablate.runner import resume_command, run_ablation
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rank, world = world_from_env()
     d = None
+    out: Path | None = None
     try:
         if args.config is None:
             raise ConfigError("give the YAML config: plugdrop ablate CONFIG (e.g. "
@@ -116,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         per_process_batch(cfg, max(world, opts.nproc_per_run))
         d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
         outcome = run_ablation(cfg, out=out, resume=args.resume, d=d, argv=args.argv,
-                               shard=shard, launcher=launcher, options=opts)
+                               shard=shard, launcher=launcher, options=opts,
+                               accept_data_change=args.accept_data_change)
     except KeyboardInterrupt:  # before the first run (during the checks): nothing to keep
         if rank == 0:
             print("plugdrop ablate: interrupted before any run trained", file=sys.stderr,
@@ -129,9 +136,21 @@ def run(args: argparse.Namespace) -> int:
         # Under torchrun the launcher adds its failure report after this line: a mistake must
         # not look like success to a script or a scheduler, so the status stays non-zero.
         return 2
+    except Fault as e:  # nothing more is written: the report would meet the same fault
+        if rank == 0:
+            again = resume_command(args.argv, out) if out is not None else "--resume"
+            fix = f"; {e.fix}" if e.fix else ""
+            print(f"plugdrop ablate: {e}{fix} with: {again}", file=sys.stderr, flush=True)
+        _teardown(d)
+        return FAULT_EXIT
     code = 0
     if d.main:
-        rep = Rebuilder(out, lambda m: print(m, file=sys.stderr, flush=True))(final=True)
+        try:
+            rep = Rebuilder(out, lambda m: print(m, file=sys.stderr, flush=True))(final=True)
+        except Fault as e:  # every run ended; only the report could not be written
+            print(f"plugdrop ablate: {e}; make room, then write it with: plugdrop report "
+                  f"{out}", file=sys.stderr, flush=True)
+            rep, code = None, FAULT_EXIT
         if rep is not None:
             print()
             print(rep.table)
@@ -145,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{resume_command(args.argv, out)}", file=sys.stderr, flush=True)
     if outcome.stopped:
         code = 128 + outcome.stopped
-    elif outcome.failed:
+    elif outcome.failed and code == 0:
         code = 1
     _teardown(d)
     return code

@@ -17,7 +17,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..ablate.errors import ConfigError
+    from ..ablate.errors import FAULT_EXIT, ConfigError, Fault
     from ..ablate.report import write_report
 
     out = Path(args.out)
@@ -30,6 +30,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"plugdrop report: {e}", file=sys.stderr)
         return 2
+    except Fault as e:
+        print(f"plugdrop report: {e}; make room or make it writable (or copy the folder and "
+              f"report there), then run plugdrop report {out} again", file=sys.stderr)
+        return FAULT_EXIT
     print(rep.table)
     print(f"\n{rep.finished} runs finished, {rep.failed} failed, {rep.incomplete} incomplete. "
           f"Written: {', '.join(str(p) for p in rep.files)}")

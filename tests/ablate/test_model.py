@@ -54,6 +54,21 @@ def test_factory_model():
     assert tv.fc.out_features == 3
 
 
+def test_a_torchvision_factory_never_downloads(monkeypatch):
+    """A detector's backbone weights download by default: the runner asks for none (any
+    download here would fail: there is no network, and it is refused below)."""
+    import torch.hub
+
+    def refuse(url, *args, **kwargs):
+        raise AssertionError(f"tried to download {url}")
+
+    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", refuse)
+    monkeypatch.setattr(torch.hub, "download_url_to_file", refuse)
+    det = build_model("torchvision.models.detection:fasterrcnn_mobilenet_v3_large_fpn",
+                      num_classes=3)
+    assert det.roi_heads.box_predictor.cls_score.out_features == 3
+
+
 def test_model_names():
     assert "resnet18" in model_names("resnet1")
     assert all(n.startswith("resnet1") for n in model_names("resnet1"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from plugdrop.ablate.errors import ConfigError
+from plugdrop.ablate.errors import ConfigError, StorageError
 from plugdrop.ablate.report import (CSV_COLUMNS, load_ablation, summarize, table,
                                     write_report)
 
@@ -282,7 +282,8 @@ def test_failed_write_leaves_old_file_and_no_temp(folder: Path,
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("plugdrop.ablate.runs.files.os.replace", broken_replace)
-    with pytest.raises(ConfigError, match=r"results\.csv: cannot write \(No space left"):
+    with pytest.raises(StorageError, match=r"cannot write the report \(results\.csv\): no "
+                                           r"space left on the device: it needs \S+ (bytes|KB)"):
         write_report(folder, plots=False)
     assert (folder / "results.csv").read_bytes() == before
     assert not list(folder.rglob("*.tmp"))

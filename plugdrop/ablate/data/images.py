@@ -1,16 +1,20 @@
 """Image data sets read lazily, one file per item, in the DataLoader's worker processes; an
 unreadable image becomes a :class:`BadImage` marker that the loader turns into one clear error
-naming the file, or drops and counts (``bad_images: skip``)."""
+naming the file, or drops and counts (``bad_images: skip``). An image that is no longer there
+or can no longer be opened (a dropped network mount, a deleted or locked folder) is no bad image
+but data that vanished: whatever ``bad_images`` says, it stops the ablation with
+:class:`~plugdrop.ablate.errors.DataGone`, and ``--resume`` continues once it is back."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataGone
 
 __all__ = ["AugmentedTensors", "BadImage", "BadImageLog", "ImageFiles", "TorchvisionImages",
            "find_log"]
@@ -22,6 +26,12 @@ class BadImage(NamedTuple):
 
     path: str
     message: str
+    gone: bool = False
+
+
+#: what opening a file that vanished or became unreadable raises (not a damaged image)
+_GONE = {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EIO, errno.ESTALE,
+         errno.ENOTCONN, errno.ENODEV, errno.EHOSTDOWN, errno.ETIMEDOUT}
 
 
 class BadImageLog:
@@ -32,6 +42,9 @@ class BadImageLog:
         self.paths: set[str] = set()
 
     def record(self, bad: Sequence[BadImage]) -> None:
+        gone = next((b for b in bad if b.gone), None)
+        if gone is not None:
+            raise DataGone(gone.message, _GONE_FIX)
         if bad and self.mode == "error":
             raise ConfigError(bad[0].message)
         self.paths.update(b.path for b in bad)
@@ -40,7 +53,16 @@ class BadImageLog:
         return len(self.paths)
 
 
+_GONE_FIX = "make the data readable there again (remount it), then continue"
+
+
 def bad_image(log_mode: str, path: str, err: BaseException) -> BadImage:
+    if isinstance(err, OSError) and err.errno in _GONE:
+        msg = (f"data: {path}: {err.strerror or type(err).__name__} while training: the data "
+               f"vanished or became unreadable (a dropped mount, a moved or locked folder?)")
+        if get_worker_info() is None:
+            raise DataGone(msg, _GONE_FIX) from None
+        return BadImage(path, msg, gone=True)
     first = str(err).splitlines()[0] if str(err) else ""
     msg = (f"data: cannot read image {path} ({type(err).__name__}{': ' + first if first else ''}); "
            f"replace or delete the file, or set bad_images: skip to skip unreadable images")

@@ -24,7 +24,7 @@ Every split is the same for every seed and variant, so runs compare on equal ter
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ class DataSets:
             by this process's loaders (``bad_images="skip"``; always 0 otherwise).
         data_config: timm's resolved data config (input_size, interpolation, mean, std, crop_pct,
             crop_mode) for folder and torchvision data; for ``digits`` the training set's mean/std.
+        files: for an ImageFolder tree, every image's path relative to the root, in the order
+            scanned (what decides the split): an ablation records them and a resumed one
+            compares (empty for other data).
     """
 
     train: Dataset
@@ -74,6 +77,7 @@ class DataSets:
     in_memory: bool
     bad_images: Callable[[], int]
     data_config: Mapping[str, Any] = field(default_factory=dict)
+    files: Sequence[str] = ()
 
     @property
     def num_classes(self) -> int:
@@ -184,13 +188,16 @@ def _folder(spec: DataSpec, image_size: int, val_fraction: float, augment: dict[
         val_samples, _ = _scan(val_dir, classes)
         train: Dataset = ImageFiles(train_samples, train_tf or eval_tf, bad_images, log)
         val: Dataset = ImageFiles(val_samples, eval_tf, bad_images, log)
+        scanned = train_samples + val_samples
     else:
         pool = train_dir if train_dir is not None and len(subdirs) == 1 else root
         samples, classes = _scan(pool, None)
         ti, vi = _split_indices(len(samples), val_fraction, str(pool))
         train = Subset(ImageFiles(samples, train_tf or eval_tf, bad_images, log), ti)
         val = Subset(ImageFiles(samples, eval_tf, bad_images, log), vi)
-    return DataSets(train, val, classes, str(root), False, log.count, cfg)
+        scanned = samples
+    files = [Path(p).relative_to(root).as_posix() for p, _ in scanned]
+    return DataSets(train, val, classes, str(root), False, log.count, cfg, files)
 
 
 def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .. import runs
+from ..errors import Fault
 from ..report import Rebuilder
 from ..runs import RunDir, RunLock
 from ..train import Stopped, on_rank0
-from .protocol import BUSY, LOST, Job, JobEnd, LaunchContext, Launcher, View
+from .protocol import BUSY, FAULT, LOST, Job, JobEnd, LaunchContext, Launcher, View
 
 __all__ = ["Outcome", "Waiting", "drive"]
 
@@ -97,6 +98,9 @@ class _Driver:
         if status != runs.INCOMPLETE:
             view.ended(rd, status, end.error)
             self.report()
+        elif end.status == FAULT:
+            view.ended(rd, FAULT, None)
+            raise end.fault or self.probe(lambda: self.fault(job, end))
         elif end.status == BUSY or self.probe(RunLock(rd).held_elsewhere):
             self.waiting.add(rd)  # another process trains it: wait for that one
             view.ended(rd, BUSY, None)
@@ -104,6 +108,7 @@ class _Driver:
             view.message(f"plugdrop ablate: run {rd.id}: {end.error}")
             self.give_up(rd, str(end.error), end.detail)
         else:  # the job ended before its run did (killed, preempted, stopped)
+            self.probe(lambda: self.check_room(rd))  # a full disk, say: stop, do not retry
             n = self.tries[rd.id] = self.tries.get(rd.id, 0) + 1
             most = self.ctx.options.max_retries
             if n <= most:
@@ -113,6 +118,25 @@ class _Driver:
             else:
                 self.give_up(rd, f"its job ended {n} times before the run did; see {job.logs}",
                              "")
+
+    def check_room(self, rd: RunDir) -> None:
+        """Raise :class:`StorageError` when the folder has no room for the run's checkpoint
+        (twice its last size: the new one and the one kept) or takes no file."""
+        try:
+            size = rd.checkpoint.stat().st_size
+        except OSError:
+            size = 0
+        runs.check_room(self.ctx.out, 2 * size, f"the checkpoint of run {rd.id}")
+
+    def fault(self, job: Job, end: JobEnd) -> Fault:
+        """The fault a job reported by its exit alone: the folder's own (no room), else its
+        last line, else where its logs are."""
+        self.check_room(job.run)
+        line = (end.error or "").removeprefix("plugdrop worker: ").strip()
+        if line.startswith(f"run {job.run.id}: "):  # the worker's line, its fix included
+            return Fault(line, "")
+        return Fault(f"run {job.run.id}: {job.label} stopped on a fault of the environment "
+                     f"(see {job.logs})")
 
     def give_up(self, rd: RunDir, why: str, detail: str) -> None:
         if self.ctx.d.main:
@@ -132,7 +156,8 @@ class _Driver:
 def drive(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: Outcome) -> None:
     """Train ``todo`` through ``launcher`` and record in ``outcome`` what the folders say
     afterwards; Ctrl-C (or, for the local launcher, a SIGTERM) stops it with the finished
-    epochs kept. An adaptive ablation drives one round at a time through the same launcher;
+    epochs kept; a :class:`Fault` (a job's, or the folder's: no room for a run submitted
+    again) cancels the other jobs and is raised. An adaptive ablation drives one round at a time through the same launcher;
     whoever made the launcher closes it after the last round."""
     view = launcher.start(ctx, todo)
     driver = _Driver(launcher, ctx, view)
@@ -144,6 +169,9 @@ def drive(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: O
     except Stopped as e:
         driver.cancel()
         outcome.stopped = e.signum
+    except Fault:  # the other jobs would meet it too: stop them, start no other run
+        driver.cancel()
+        raise
     finally:
         view.close()
     statuses = driver.probe(lambda: [rd.status for rd in todo])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..errors import Fault
 from ..execute import BUSY, execute, workers_for
 from ..progress import Progress
 from ..runs import RunDir
@@ -93,6 +94,10 @@ class LocalLauncher:
                 raise
             except KeyboardInterrupt:
                 progress.run_end("interrupted")
+                raise
+            except Fault:
+                progress.run_end("stopped by a fault of the environment; its finished epochs "
+                                 "are kept")
                 raise
             jobs.append(_Done(rd, JobEnd(result.status, result.error)))
         return jobs

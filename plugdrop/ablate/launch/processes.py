@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import ConfigError
-from ..execute import BUSY, FAILED, FINISHED
+from ..execute import BUSY, FAILED, FAULT, FINISHED
 from ..runs import RunDir
 from .monitor import Monitor
 from .options import LaunchOptions
@@ -65,6 +65,8 @@ class _Process:
         status = status_after(self.launcher.out, self.run.id, code)
         if status in (FINISHED, FAILED, BUSY):
             return JobEnd(status)
+        if status == FAULT:  # its one line is the log's last, if the log could take it
+            return JobEnd(FAULT, self._last_line())
         if code == 2:  # a mistake met by the process (its last line says which)
             return JobEnd(LOST, f"its process stopped on a mistake: {self._last_line()}")
         return JobEnd(ENDED)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..execute import BUSY, FAILED, FINISHED
+from ..errors import Fault
+from ..execute import BUSY, FAILED, FAULT, FINISHED
 from ..runs import RunDir
 from .options import LaunchOptions
 
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
     from ..progress import Progress
     from ..train import Dist
 
-__all__ = ["BUSY", "ENDED", "FAILED", "FINISHED", "Job", "JobEnd", "LOST", "LaunchContext",
-           "Launcher", "View"]
+__all__ = ["BUSY", "ENDED", "FAILED", "FAULT", "FINISHED", "Job", "JobEnd", "LOST",
+           "LaunchContext", "Launcher", "View"]
 
 #: a job ended without saying more (killed, preempted, stopped): the run folder tells whether
 #: its run finished; if not, the driver submits it again (``--max-retries``)
@@ -31,12 +32,15 @@ LOST = "lost"
 @dataclass(frozen=True)
 class JobEnd:
     """How a job ended: ``status`` is :data:`FINISHED`, :data:`FAILED`, :data:`BUSY` (another
-    process trains its run), :data:`ENDED` or :data:`LOST`; ``error`` says why for
-    :data:`LOST` (one line), ``detail`` goes to ``failed.json``."""
+    process trains its run), :data:`ENDED`, :data:`LOST` or :data:`FAULT` (the environment
+    failed: the driver stops the ablation); ``error`` says why for :data:`LOST` (one line),
+    ``detail`` goes to ``failed.json``; ``fault`` is the job's :class:`Fault` when it could
+    send it."""
 
     status: str
     error: str | None = None
     detail: str = ""
+    fault: Fault | None = None
 
 
 class Job(Protocol):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..execute import BUSY, FAILED, FINISHED
+from ..execute import BUSY, FAILED, FAULT, FINISHED
 from ..runs import RunDir
 from .monitor import Monitor
 from .options import LaunchOptions
@@ -65,6 +65,11 @@ class _Task:
         except ray.exceptions.RayError as e:
             return JobEnd(LOST, f"the Ray task failed after {self.retries} retries: "
                                 f"{' '.join(str(e).split())[:200]}", str(e))
+        from ..worker import fault_of
+
+        fault = fault_of(status)
+        if fault is not None:
+            return JobEnd(FAULT, str(fault), fault=fault)
         return JobEnd(status if status in (FINISHED, FAILED, BUSY) else ENDED)
 
     def cancel(self) -> None:

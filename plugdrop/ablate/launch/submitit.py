@@ -23,7 +23,7 @@ import submitit
 from ..runs import RunDir
 from .monitor import Monitor
 from .options import LaunchOptions
-from .protocol import ENDED, Job, JobEnd, LaunchContext, View
+from .protocol import ENDED, FAULT, Job, JobEnd, LaunchContext, View
 
 __all__ = ["RunJob", "SubmititLauncher"]
 
@@ -52,7 +52,15 @@ class _SlurmJob:
         self.logs = str(out / ".submitit" / str(job.job_id))
 
     def poll(self) -> JobEnd | None:
-        return JobEnd(ENDED) if self.job.done() else None
+        if not self.job.done():
+            return None
+        from ..worker import fault_of
+
+        try:  # the run folder decides; the job's own word counts only for a fault
+            fault = fault_of(str(self.job.result()))
+        except Exception:  # noqa: BLE001 - killed, preempted, lost: the folder tells
+            fault = None
+        return JobEnd(ENDED) if fault is None else JobEnd(FAULT, str(fault), fault=fault)
 
     def cancel(self) -> None:
         self.job.cancel(check=False)

@@ -12,7 +12,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -23,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..runs import atomic_write_bytes, serialized
+from ..errors import ConfigError, Fault
+from ..runs import atomic_write_bytes, serialized, storage_error
 from .figures import plot_calibration, plot_forest, plot_seeds
 from .html import render
 from .plots import plot_drop_frac, plot_final_acc, plot_val_acc
@@ -126,8 +125,9 @@ def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.9
         confidence: confidence level of the intervals and verdicts (default 0.95).
 
     Raises:
-        ConfigError: not an ablation folder (see :func:`load_ablation`), or a file cannot be
-            written.
+        ConfigError: not an ablation folder (see :func:`load_ablation`).
+        StorageError: a file cannot be written (full, read-only: one line naming it); the
+            files written before are whole.
     """
     folder = Path(out)
     if not (folder / "ablation.json").is_file():  # not an ablation: load_ablation says so
@@ -158,18 +158,19 @@ def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
 
 
 def _write(ab: Ablation, outputs: list[tuple[Path, bytes | None]]) -> list[Path]:
-    """Write each file atomically (``None``: nothing to draw, so no stale file either)."""
+    """Write each file atomically (``None``: nothing to draw, so no stale file either);
+    a failed write raises :class:`~plugdrop.ablate.errors.StorageError`."""
     files = []
     for path, data in outputs:
-        try:
-            if data is None:  # nothing to draw: no stale plot either
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                continue
-            atomic_write_bytes(path, data)
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot write ({e.strerror or e}): make {ab.out} "
-                              "writable, or copy the folder and report there") from None
+        if data is None:  # nothing to draw: no stale plot either
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise storage_error(e, path, "the report") from None
+            continue
+        atomic_write_bytes(path, data, "the report")
         files.append(path)
     return files
 
@@ -177,7 +178,8 @@ def _write(ab: Ablation, outputs: list[tuple[Path, bytes | None]]) -> list[Path]
 class Rebuilder:
     """Rebuilds the summary of an ablation while it runs: the table, CSV and JSON whenever
     called, the plots (seconds of matplotlib) at most every ``every`` seconds and at the end.
-    It never raises: a report that cannot be written is a message, never a lost run.
+    It raises only a :class:`~plugdrop.ablate.errors.Fault` (the folder takes no file, so
+    the runs could not either): any other failure is a message, never a lost run.
 
     Args:
         out: the ablation folder.
@@ -193,6 +195,8 @@ class Rebuilder:
         plots = final or time.monotonic() - self.last_plots >= self.every
         try:
             rep = write_report(self.out, plots=plots)
+        except Fault:  # the folder takes no file: the runs could not either, so stop
+            raise
         except Exception as e:  # the report must never lose the runs
             self.message(f"plugdrop ablate: could not write the report: {e}")
             return None

@@ -4,17 +4,23 @@
 
     OUT/ablation.json             the resolved config, its hash, the runs  (ablation.py)
     OUT/.lock                     held by the running ``plugdrop ablate``  (locks.py)
-    OUT/runs/<variant>__s<seed>/  run.json, metrics.jsonl, checkpoint.pt, attempts.jsonl,
-                                  done.json | failed.json                  (folder.py)
+    OUT/.data-files.gz            the data's image files, compared on resume  (datafiles.py)
+    OUT/runs/<variant>__s<seed>/  run.json, metrics.jsonl, checkpoint.pt, checkpoint.prev.pt,
+                                  attempts.jsonl, done.json | failed.json  (folder.py)
 
-Every file is written through :mod:`.files` (a temporary file, fsync, rename).
+Every file is written through :mod:`.files` (a temporary file, fsync, rename; a failed write is
+a :class:`~plugdrop.ablate.errors.StorageError`).
 """
 
 from .ablation import FORMAT, check_out, prepare
-from .files import append_line, atomic_torch_save, atomic_write_bytes, atomic_write_json, now
-from .folder import FAILED, FINISHED, INCOMPLETE, RunDir, run_id
+from .datafiles import fingerprint
+from .files import (append_line, atomic_write_bytes, atomic_write_json, check_room, ensure_dir,
+                    now, storage_error)
+from .folder import FAILED, FINISHED, INCOMPLETE, Recovery, RunDir, run_id
 from .locks import Lock, RunLock, claiming, serialized
 
-__all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "RunDir", "RunLock",
-           "append_line", "atomic_torch_save", "atomic_write_bytes", "atomic_write_json",
-           "check_out", "claiming", "now", "prepare", "run_id", "serialized"]
+__all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "Recovery", "RunDir", "RunLock",
+           "append_line", "atomic_write_bytes", "atomic_write_json", "check_out", "check_room",
+           "claiming",
+           "ensure_dir", "fingerprint", "now", "prepare", "run_id", "serialized",
+           "storage_error"]

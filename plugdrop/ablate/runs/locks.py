@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import ConfigError
+from .files import ensure_dir, storage_error
 from .folder import RunDir
 
 __all__ = ["Lock", "RunLock", "claiming", "serialized"]
@@ -49,7 +50,7 @@ class Lock:
         self.file: IO[str] | None = None
 
     def acquire(self) -> None:
-        f = open(self.path, "a+")
+        f = _open(self.path, "the ablation's lock")
         try:
             fcntl.flock(f.fileno(), (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
                         | fcntl.LOCK_NB)
@@ -63,10 +64,14 @@ class Lock:
                               f"{f' (pid {holder})' if holder else ''}; wait "
                               f"for it to end or choose another --out") from None
         if not self.shared:
-            f.seek(0)
-            f.truncate()
-            f.write(str(os.getpid()))
-            f.flush()
+            try:
+                f.seek(0)
+                f.truncate()
+                f.write(str(os.getpid()))
+                f.flush()
+            except OSError as e:
+                f.close()
+                raise storage_error(e, self.path, "the ablation's lock") from None
         self.file = f
 
     def release(self) -> None:
@@ -88,8 +93,8 @@ class RunLock:
     def try_acquire(self, patience: float = 1.0) -> bool:
         """Take the lock; False when another process still holds it after ``patience``
         seconds (a driver's :meth:`held_elsewhere` probe holds it for an instant)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")
+        ensure_dir(self.path.parent, "the run's folder")
+        f = _open(self.path, "the run's lock")
         deadline = time.monotonic() + patience
         while True:
             try:
@@ -123,6 +128,14 @@ class RunLock:
 def claiming(out: Path) -> Iterator[None]:
     """A short, blocking exclusive lock on ``OUT/.claim`` around checking and writing
     ``ablation.json``, so that shards starting together see each other's folder."""
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "the ablation folder")
     with serialized(out / ".claim"):
         yield
+
+
+def _open(path: Path, what: str) -> IO[str]:
+    """``open(path, "a+")``, a failure (read-only, full, no permission) as a StorageError."""
+    try:
+        return open(path, "a+")
+    except OSError as e:
+        raise storage_error(e, path, what) from None

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Fault
 
 __all__ = ["Dist", "agree", "on_rank0", "resolve_device", "setup_distributed", "world_from_env"]
 
@@ -71,37 +71,37 @@ def setup_distributed(device: torch.device) -> Dist:
 
 
 def on_rank0(d: Dist, fn: Callable[[], T]) -> T:
-    """Run ``fn`` on rank 0 and give every rank its result, or raise its ConfigError
-    everywhere (so that all processes stop together and only rank 0 prints)."""
+    """Run ``fn`` on rank 0 and give every rank its result, or raise its ConfigError or
+    Fault everywhere (so that all processes stop together and only rank 0 prints)."""
     result: Any = None
-    error: str | None = None
+    error: BaseException | None = None
     if d.main:
         try:
             result = fn()
-        except ConfigError as e:
-            error = str(e)
+        except (ConfigError, Fault) as e:
+            error = e
     if d.active:
         box = [result, error]
         dist.broadcast_object_list(box, src=0)
         result, error = box
     if error is not None:
-        raise ConfigError(error)
+        raise error
     return result
 
 
 def agree(d: Dist, fn: Callable[[], T]) -> T:
-    """Run ``fn`` on every rank; if any rank raises a ConfigError, every rank raises the
-    first such message."""
+    """Run ``fn`` on every rank; if any rank raises a ConfigError or Fault, every rank raises
+    the first one."""
     result: Any = None
-    error: str | None = None
+    error: BaseException | None = None
     try:
         result = fn()
-    except ConfigError as e:
-        error = str(e)
+    except (ConfigError, Fault) as e:
+        error = e
     if d.active:
         errors: list[Any] = [None] * d.world
         dist.all_gather_object(errors, error)
-        error = next((e for e in errors if e), None)
+        error = next((e for e in errors if e is not None), None)
     if error is not None:
-        raise ConfigError(error)
+        raise error
     return result

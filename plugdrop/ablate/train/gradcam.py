@@ -3,6 +3,7 @@ config's, or the last regularized layer whose map is at least 4x4."""
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch.nn as nn
 
 import plugdrop as pd
 
+from .. import runs
 from ..config import AblationConfig
 from ..data import DataSets
 from .distributed import Dist
@@ -89,5 +91,7 @@ def save_gradcam(cfg: AblationConfig, model: nn.Module, data: DataSets, d: Dist,
     with torch.no_grad():
         pred = model(x).argmax(1).cpu()
     titles = [f"{data.classes[t]}->{data.classes[int(p)]}" for t, p in zip(ys, pred)]
-    pd.save_gradcam(path, x.float().cpu(), cam.float().cpu(), titles=titles)
+    png = io.BytesIO()
+    pd.save_gradcam(png, x.float().cpu(), cam.float().cpu(), titles=titles)
+    runs.atomic_write_bytes(path, png.getvalue(), "the Grad-CAM image")
     return layer
