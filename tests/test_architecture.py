@@ -67,12 +67,39 @@ def test_the_runner_writes_only_through_its_one_writer():
                      or rel in RUNNER_WRITES) == []
 
 
+# Reading code back: unpickling, torch.load (allowed once: as data, weights_only=True), YAML's
+# object-building loaders, NumPy's pickled arrays, and the modules that unpickle by design.
+READS_CODE = re.compile(
+    r"\bpickle\.(load|loads|Unpickler)\b|\bweights_only\s*=\s*False|\btorch\.load\("
+    r"|\byaml\.(load|unsafe_load|full_load|load_all|unsafe_load_all)\(|\ballow_pickle\s*=\s*True"
+    r"|\b(import|from)\s+(marshal|shelve|dill|cloudpickle|joblib)\b|\.Unpickler\(")
+
+
+def test_nothing_plugdrop_reads_back_is_unpickled():
+    """What plugdrop reads (above all from a shared ``--out``: checkpoints, the stored config,
+    records) is data, never code (SECURITY.md): no unpickling anywhere in the package, and
+    ``torch.load`` only in ``ablate/runs/checkpoints.py``, with ``weights_only=True``."""
+    assert _offences(READS_CODE, lambda rel: rel == "ablate/runs/checkpoints.py") == []
+    reader = (PACKAGE / "ablate" / "runs" / "checkpoints.py").read_text()
+    loads = [line for line in reader.splitlines() if "torch.load(" in line.split("#")[0]]
+    assert loads and all("weights_only=True" in line for line in loads), loads
+    assert not re.search(r"weights_only\s*=\s*False|pickle\.loads?\(", reader)
+
+
 def test_the_checks_catch_what_they_look_for():
     for bad in ('open(path, "w")', "open(p, 'ab')", 'open(x, "a+")', "p.write_text(s)",
                 "torch.save(state, path)", "fig.savefig(path, dpi=120)"):
         assert WRITES.search(bad), bad
     for good in ('open(path)', 'open(p, "rb")', "fig.savefig(buf, format='png')"):
         assert not WRITES.search(good), good
+    for bad in ("cfg = pickle.loads(blob)", "pickle.load(f)", "torch.load(p, weights_only=False)",
+                "torch.load(path)", "yaml.load(text, Loader=yaml.Loader)", "yaml.unsafe_load(t)",
+                "np.load(p, allow_pickle=True)", "import dill", "from cloudpickle import loads",
+                "pickle.Unpickler(f).load()"):
+        assert READS_CODE.search(bad), bad
+    for good in ("json.loads(text)", "yaml.compose(text, Loader=_Loader)", "pickle.dumps(x)",
+                 "yaml.safe_load(text)", "load_checkpoint(path)"):
+        assert not READS_CODE.search(good), good
     assert HOOK_API.search("module.register_forward_hook(h)")
     assert HOOK_API.search("x.register_hook(fn)")
     assert HOOK_API.search("p.register_post_accumulate_grad_hook(fn)")

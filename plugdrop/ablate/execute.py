@@ -99,7 +99,7 @@ def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, wor
         if d.main and (note := recovery.message(rd.id)) is not None:
             progress.message(f"plugdrop ablate: warning: {note}")
         if ckpt is not None:
-            state = torch.load(ckpt, map_location=d.device, weights_only=False)
+            state = runs.load_checkpoint(ckpt, map_location=d.device)
             trainer.load_state_dict(state)
             start_epoch = trainer.epoch + 1
         if d.main:

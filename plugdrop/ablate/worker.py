@@ -6,7 +6,9 @@
     torchrun --standalone --nproc_per_node 4 -m plugdrop.ablate.worker OUT RUN_ID
 
 ``plugdrop ablate`` (any launcher, any shard) writes ``OUT/ablation.json`` and the validated
-config next to it (``OUT/.config.pkl``); a worker reads them and executes the run
+config next to it as plain data (``OUT/.config.json``: its YAML text and overrides); a worker
+reads it back through the loader's checks, holds it to the hash its launcher gave it
+(``--config-hash``: a file in ``OUT`` cannot change what runs), and executes the run
 (:func:`plugdrop.ablate.execute.execute`: its lock, ``attempts.jsonl``, the resume from its last
 checkpoint), writing the run folder exactly as the local launcher does.
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 import torch
 
 from . import runs
-from .config import AblationConfig
+from .config import AblationConfig, restore, stored
 from .data import DataSets
 from .errors import FAULT_EXIT, ConfigError, Fault
 from .execute import BUSY, FAILED, FAULT, FINISHED, STOPPED, execute, load_data
@@ -40,7 +41,9 @@ __all__ = ["BUSY", "CONFIG_FILE", "FAILED", "FAULT", "FINISHED", "STOPPED", "fau
            "fault_status", "find_run", "job_command", "load_config", "main", "run_job",
            "run_one", "save_config"]
 
-CONFIG_FILE = ".config.pkl"
+CONFIG_FILE = ".config.json"
+#: what older versions stored instead (a pickle): never read, removed when the config is written
+_OLD_CONFIG_FILE = ".config.pkl"
 
 _EXIT = {FINISHED: 0, FAILED: 1, FAULT: FAULT_EXIT, BUSY: 75}
 
@@ -63,26 +66,38 @@ def fault_of(status: str) -> Fault | None:
 
 
 def save_config(out: Path, cfg: AblationConfig) -> None:
-    """Store the validated config for the workers (atomically, next to ``ablation.json``)."""
-    runs.atomic_write_bytes(out / CONFIG_FILE, pickle.dumps(cfg), "the config the jobs read")
+    """Store the validated config for the workers as plain data (atomically, next to
+    ``ablation.json``), and remove the pickle an older version stored there."""
+    runs.atomic_write_json(out / CONFIG_FILE, stored(cfg), "the config the jobs read")
+    try:
+        (out / _OLD_CONFIG_FILE).unlink(missing_ok=True)
+    except OSError:
+        pass  # never read; what is left of it does no harm
 
 
-def load_config(out: Path) -> AblationConfig:
-    """The config that ``plugdrop ablate`` stored in ``out``.
+def load_config(out: Path, config_hash: str | None = None) -> AblationConfig:
+    """The config that ``plugdrop ablate`` stored in ``out``, read as JSON and checked as a
+    user's config is; ``config_hash``: the hash it must have (what the launcher gave the job),
+    else the one ``ablation.json`` records.
 
     Raises:
-        ConfigError: ``out`` is no prepared ablation folder, or its config changed since.
+        ConfigError: ``out`` is no prepared ablation folder, its config file is not plain
+            data written by plugdrop, or its config is not the one expected.
     """
+    path = out / CONFIG_FILE
     try:
         manifest = json.loads((out / "ablation.json").read_text())
-        cfg = pickle.loads((out / CONFIG_FILE).read_bytes())
-    except (OSError, ValueError, pickle.UnpicklingError, AttributeError, ImportError) as e:
-        raise ConfigError(f"{out}: no ablation prepared by plugdrop ablate here ({e}); start "
-                          f"it with plugdrop ablate CONFIG --out {out}") from None
-    if not isinstance(cfg, AblationConfig) or cfg.hash() != manifest.get("config_hash"):
-        raise ConfigError(f"{out}/{CONFIG_FILE}: does not belong to {out}/ablation.json; "
-                          f"run plugdrop ablate CONFIG --out {out} --resume again")
-    return cfg
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError as e:
+        raise ConfigError(f"{out}: no ablation prepared by plugdrop ablate here (no "
+                          f"{Path(e.filename or path).name}); start it with plugdrop ablate "
+                          f"CONFIG --out {out}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: refused: not a config written by plugdrop ({e}); run "
+                          f"plugdrop ablate CONFIG --out {out} --resume to write it "
+                          f"again") from None
+    want = config_hash or (manifest.get("config_hash") if isinstance(manifest, dict) else None)
+    return restore(data, str(path), want)
 
 
 def _same_data(out: Path, data: DataSets) -> DataSets:
@@ -110,7 +125,7 @@ def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
 
 
 def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
-            handle_signals: bool = True) -> str:
+            handle_signals: bool = True, config_hash: str | None = None) -> str:
     """Train (or resume) one run of the ablation in ``out`` in this process (or, under
     torchrun, in all of its processes).
 
@@ -121,6 +136,8 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
         threads: ``torch.set_num_threads`` for this run (the CPUs it was given).
         handle_signals: stop cleanly at a step boundary on SIGINT / SIGTERM (not under
             submitit, which handles preemption itself).
+        config_hash: the hash the stored config must have (the launcher's word, which a
+            file in ``out`` cannot change); default: the one ``ablation.json`` records.
 
     Returns:
         ``"finished"``, ``"failed"``, ``"busy"`` (another process trains it), ``"stopped"``
@@ -134,7 +151,7 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)
-    cfg = load_config(out)
+    cfg = load_config(out, config_hash)
     rd = find_run(cfg, out, run_id)
     d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
     stop = StopFlag()
@@ -169,35 +186,37 @@ def _say(line: str) -> None:
 
 
 def job_command(out: Path, run_id: str, *, nproc: int, launcher: str,
-                threads: int | None) -> list[str]:
+                threads: int | None, config_hash: str | None = None) -> list[str]:
     """The command that trains run ``run_id`` in its own process(es): this module, under
     torchrun with ``nproc`` processes when the run is itself data-parallel."""
+    worker = ["-m", "plugdrop.ablate.worker", str(out), run_id, "--launcher", launcher]
+    if config_hash:
+        worker += ["--config-hash", config_hash]
     if nproc <= 1:
-        cmd = [sys.executable, "-m", "plugdrop.ablate.worker", str(out), run_id,
-               "--launcher", launcher]
-        return cmd + (["--threads", str(threads)] if threads else [])
+        return [sys.executable, *worker] + (["--threads", str(threads)] if threads else [])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", "-m", "plugdrop.ablate.worker", str(out), run_id,
-           "--launcher", launcher]
+           f"--nproc_per_node={nproc}", *worker]
     return cmd + (["--threads", str(max(1, threads // nproc))] if threads else [])
 
 
 def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
-            threads: int | None = None, handle_signals: bool = True) -> str:
+            threads: int | None = None, handle_signals: bool = True,
+            config_hash: str | None = None) -> str:
     """What a launcher's job runs: :func:`run_one` here, or under ``torchrun`` with ``nproc``
     processes when the run is itself data-parallel; returns the run's status afterwards."""
     if nproc <= 1:
         return run_one(out, run_id, launcher=launcher, threads=threads,
-                       handle_signals=handle_signals)
+                       handle_signals=handle_signals, config_hash=config_hash)
     proc = subprocess.run(job_command(Path(out), run_id, nproc=nproc, launcher=launcher,
-                                      threads=threads), check=False)
-    return status_after(Path(out), run_id, proc.returncode)
+                                      threads=threads, config_hash=config_hash), check=False)
+    return status_after(Path(out), run_id, proc.returncode, config_hash)
 
 
-def status_after(out: Path, run_id: str, returncode: int) -> str:
+def status_after(out: Path, run_id: str, returncode: int, config_hash: str | None = None
+                 ) -> str:
     """A run's status after a worker process exited with ``returncode``: what its folder says
     when it finished or failed, else busy (exit 75) or stopped."""
-    status = find_run(load_config(out), out, run_id).status
+    status = find_run(load_config(out, config_hash), out, run_id).status
     if status in (FINISHED, FAILED):
         return status
     if returncode == FAULT_EXIT:
@@ -213,11 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_id", help="the run, <variant>__s<seed> (plugdrop ablate CONFIG --list)")
     p.add_argument("--launcher", default="worker", help="recorded in attempts.jsonl")
     p.add_argument("--threads", type=int, help="torch threads for this run")
+    p.add_argument("--config-hash", help="the hash the ablation's config must have (what "
+                                         "plugdrop ablate gives its jobs; default: the one "
+                                         "OUT/ablation.json records)")
     args = p.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
         status = run_one(Path(args.out), args.run_id, launcher=args.launcher,
-                         threads=args.threads)
+                         threads=args.threads, config_hash=args.config_hash)
     except ConfigError as e:
         if rank == 0:
             _say(f"plugdrop worker: {e}")

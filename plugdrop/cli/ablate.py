@@ -34,7 +34,8 @@ def add_parser(sub: Any) -> None:
                    help="with --resume: go on although the data folder's files changed since "
                         "the ablation started (another split than its finished runs had)")
     p.add_argument("--list", action="store_true",
-                   help="print the runs (variant x seed, grids expanded) and exit")
+                   help="print the runs (variant x seed, grids expanded) and the config's hash "
+                        "(on stderr), and exit")
     p.add_argument("--settings", action="store_true",
                    help="print the reference of every setting (defaults, flags) and exit")
     for name, s in config.settings().items():
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
             if rank == 0:
                 for v, s in cfg.runs():
                     print(f"{v}  seed={s}")
+                print(f"config hash: {cfg.hash()} (what a worker started by hand takes as "
+                      f"--config-hash)", file=sys.stderr)
             return 0
         out = Path(cfg.out)
         runs.check_out(out)

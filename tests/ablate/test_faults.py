@@ -152,6 +152,7 @@ def test_the_file_size_limit_is_one_line_and_resume_finishes_it(tmp_path, ref):
     line = the_line(err)
     assert "the checkpoint of run baseline__s0 (checkpoint.pt)" in line
     assert "file-size limit (ulimit -f)" in line and line.endswith("--resume")
+    assert "raise the file-size limit" in line
     no_failed_runs(out)
     assert not (out / "runs" / "baseline__s0" / "checkpoint.pt").exists()
     code, err = finish(start("ablate", str(cfg), "--out", str(out), "--resume"))
@@ -229,7 +230,7 @@ def test_a_torn_checkpoint_resumes_from_the_previous_one(tmp_path, ref, keep, ca
     assert (f"warning: run dropblock__s0: {run / 'checkpoint.pt'} is unreadable, torn or "
             f"corrupt") in err and "resuming from the checkpoint of epoch 2" in err
     assert rows(out) == rows(ref)
-    assert torch.load(run / "checkpoint.pt", weights_only=False)["epoch"] == 3
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 3
     assert (run / "checkpoint.pt.unused").read_bytes() == data[:cut]  # kept for a look
 
 
@@ -298,12 +299,12 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
         time.sleep(0.0005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert torch.load(run / "checkpoint.pt", weights_only=False)["epoch"] == 1
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 1
     code, err = finish(start("ablate", str(cfg), "--out", str(out), "--resume"))
     assert code == 0, err[-3000:]
     assert rows(out) == rows(ref)
     assert not list(run.glob(".*.tmp"))
-    assert torch.load(run / "checkpoint.prev.pt", weights_only=False)["epoch"] == 1
+    assert torch.load(run / "checkpoint.prev.pt", weights_only=True)["epoch"] == 1
 
 
 # ------------------------------------------------------------------------------- data
@@ -416,6 +417,9 @@ def test_the_writer_names_the_room_it_needed(tmp_path):
     assert str(e).endswith(" free") and e.fix.startswith("free some space")
     quota = storage_error(OSError(errno.EDQUOT, "Disk quota exceeded"), tmp_path / "f", "x", 10)
     assert "the disk quota is used up: it needs 10 bytes" in str(quota)
+    assert quota.fix.startswith("free some of your quota")
+    big = storage_error(OSError(errno.EFBIG, "File too large"), tmp_path / "f", "x", 10)
+    assert "file-size limit (ulimit -f)" in str(big) and big.fix.startswith("raise the file-size")
 
 
 def test_check_room_says_when_a_folder_cannot_take_a_checkpoint(tmp_path):

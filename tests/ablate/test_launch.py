@@ -226,7 +226,7 @@ def test_ray_waits_for_a_run_another_process_trains(tmp_path, capsys):
          "--set", "seeds=[0]", "--set", "epochs=1"])))
     driver.start()
     try:
-        while not (out / ".config.pkl").exists():  # prepared; the tasks start after the dry step
+        while not (out / ".config.json").exists():  # prepared; the tasks start after the dry step
             assert driver.is_alive(), capsys.readouterr().err[-2000:]
             time.sleep(0.001)
         assert held.try_acquire(patience=0.0)

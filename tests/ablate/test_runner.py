@@ -106,7 +106,7 @@ def test_sigterm_stops_cleanly_and_prints_the_resume_command(tmp_path):
 def torch_load_epoch(path: Path) -> int:
     import torch
 
-    return int(torch.load(path, weights_only=False)["epoch"])
+    return int(torch.load(path, weights_only=True)["epoch"])
 
 
 def test_folder_of_another_config_is_refused_and_locked(tmp_path, capsys):
@@ -267,7 +267,7 @@ variants:
     man = json.loads((out / "ablation.json").read_text())
     assert man["data"]["classes"] == ["cat", "dog", "eel"]
     assert man["config"]["pretrained"] == str(ckpt)
-    state = torch.load(out / "runs" / "baseline__s0" / "checkpoint.pt", weights_only=False)
+    state = torch.load(out / "runs" / "baseline__s0" / "checkpoint.pt", weights_only=True)
     assert state["model"]["fc.weight"].shape[0] == 3  # the head was reset to 3 classes
     assert metrics(out, "dropblock__s0")[-1]["epoch"] == 1
     # without skip, the corrupt file is named in one line

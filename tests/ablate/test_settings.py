@@ -19,7 +19,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_every_field_of_the_config_is_a_setting_of_the_table():
-    fields = {f.name for f in dataclasses.fields(C.AblationConfig)} - {"source", "locs"}
+    fields = {f.name for f in dataclasses.fields(C.AblationConfig)} - {"source", "locs", "origin"}
     table = C.settings()
     assert set(table) == fields
     for name, s in table.items():

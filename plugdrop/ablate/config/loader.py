@@ -12,23 +12,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..errors import ConfigError
 from .checks import Value
 from .locations import Loc, LocDict, fail, plain, suggest, yaml_text
-from .overrides import Override, apply
+from .overrides import Override, apply, stored_override
 from .schema import AblationConfig, settings
 from .variants import parse_variants
 
 __all__ = ["load", "loads", "parse"]
 
 
-def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = ()
-          ) -> AblationConfig:
-    """Validate a loaded config (see :func:`load`) after applying ``overrides``."""
+def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = (),
+          text: str | None = None) -> AblationConfig:
+    """Validate a loaded config (see :func:`load`) after applying ``overrides``; ``text``: the
+    YAML it was read from (else it is written from ``raw``), kept with the overrides as the
+    config's :attr:`~.schema.AblationConfig.origin`."""
     root_loc = getattr(raw, "loc", None) or Loc(source)
     if not isinstance(raw, dict):
         raise fail(root_loc, "the config must be a mapping of settings (model, data, "
                              "variants...)")
+    origin = {"text": text if text is not None else _yaml_of(raw),
+              "overrides": [stored_override(ov) for ov in overrides]}
     if not isinstance(raw, LocDict):
         raw = LocDict(raw, root_loc, {})
     for ov in overrides:
@@ -50,7 +56,15 @@ def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = ()
         raise fail(root_loc, "the config needs 'model:' (a timm model name such as resnet18)")
     options["variants"] = parse_variants(raw.get("variants"),
                                          raw.at("variants") if "variants" in raw else root_loc)
-    return AblationConfig(**options, source=source, locs=locs)
+    return AblationConfig(**options, source=source, locs=locs, origin=origin)
+
+
+def _yaml_of(raw: Any) -> str:
+    try:
+        return yaml.safe_dump(plain(raw), sort_keys=False)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"the config holds a value YAML cannot write ({e}); give plain "
+                          f"numbers, strings, lists and mappings") from None
 
 
 def loads(text: str, source: str = "<config>", overrides: Sequence[Override] = ()
@@ -59,7 +73,7 @@ def loads(text: str, source: str = "<config>", overrides: Sequence[Override] = (
     raw = yaml_text(text, source)
     if raw is None:
         raise ConfigError(f"{source}: the config is empty; it needs model: and variants:")
-    return parse(raw, source, overrides)
+    return parse(raw, source, overrides, text)
 
 
 def load(path: str | Path, overrides: Sequence[Override] = ()) -> AblationConfig:

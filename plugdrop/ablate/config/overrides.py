@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
-from .locations import Loc, LocDict, LocList, fail, suggest, yaml_text
+import yaml
 
-__all__ = ["Override", "apply", "flag", "parse_overrides"]
+from ..errors import ConfigError
+from .locations import Loc, LocDict, LocList, fail, plain, suggest, yaml_text
+
+__all__ = ["Override", "apply", "flag", "parse_overrides", "restored_override", "stored_override"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,33 @@ def flag(name: str, key: str, value: Any) -> Override:
     if isinstance(value, list):
         value = LocList(value, Loc(name))
     return Override(key, value, name, merge="." in key)
+
+
+def stored_override(ov: Override) -> dict[str, Any]:
+    """``ov`` as plain JSON data (what :func:`restored_override` reads back)."""
+    return {"path": ov.path, "value": plain(ov.value), "label": ov.label, "merge": ov.merge}
+
+
+def restored_override(data: Any, where: str) -> Override:
+    """The :class:`Override` that :func:`stored_override` wrote, its values given the place
+    of the option they came from (``--set KEY``, ``--epochs``) as before.
+
+    Raises:
+        ConfigError: ``data`` (read from ``where``) is not such a record.
+    """
+    if not (isinstance(data, dict) and isinstance(data.get("path"), str)
+            and isinstance(data.get("label"), str) and isinstance(data.get("merge"), bool)):
+        raise ConfigError(f"{where}: a command-line override there is not one written by "
+                          f"plugdrop ({str(data)[:80]})")
+    value = data.get("value")
+    if value is not None:
+        try:
+            text = yaml.safe_dump(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"{where}: the value of {data['label']} there is not plain "
+                              f"data") from None
+        value = yaml_text(text, data["label"], data["label"])
+    return Override(data["path"], value, data["label"], data["merge"])
 
 
 def apply(raw: LocDict, ov: Override) -> None:

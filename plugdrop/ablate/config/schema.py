@@ -74,8 +74,8 @@ def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | N
 
 @dataclass(frozen=True)
 class AblationConfig:
-    """A validated ablation config: every field but ``source`` and ``locs`` is a setting (see
-    :func:`settings`, and the README's settings reference generated from them)."""
+    """A validated ablation config: every field but ``source``, ``locs`` and ``origin`` is a
+    setting (see :func:`settings`, and the README's settings reference generated from them)."""
 
     # -- required ---------------------------------------------------------------------------
     model: str = setting(
@@ -208,6 +208,9 @@ class AblationConfig:
     # -- not settings: where the config came from -------------------------------------------
     source: str = "<config>"
     locs: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: what the loader read, as plain data: ``{"text": YAML, "overrides": [...]}`` (see
+    #: :func:`~plugdrop.ablate.config.stored`); how the jobs of an ablation read it back
+    origin: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # -- derived ----------------------------------------------------------------------------
 

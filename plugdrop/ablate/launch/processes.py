@@ -23,7 +23,7 @@ from typing import IO
 
 from ..errors import ConfigError
 from ..execute import BUSY, FAILED, FAULT, FINISHED
-from ..runs import RunDir
+from ..runs import RunDir, open_no_follow, storage_error
 from .monitor import Monitor
 from .options import LaunchOptions
 from .protocol import ENDED, LOST, Job, JobEnd, LaunchContext, View
@@ -62,7 +62,7 @@ class _Process:
         self._ended()
         from ..worker import status_after
 
-        status = status_after(self.launcher.out, self.run.id, code)
+        status = status_after(self.launcher.out, self.run.id, code, self.launcher.config_hash)
         if status in (FINISHED, FAILED, BUSY):
             return JobEnd(status)
         if status == FAULT:  # its one line is the log's last, if the log could take it
@@ -113,6 +113,7 @@ class ProcessesLauncher:
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         ctx.progress.close()  # the driver's view of the run folders takes over
         self.out = ctx.out.resolve()
+        self.config_hash = ctx.cfg.hash()
         (self.out / ".processes").mkdir(parents=True, exist_ok=True)
         return Monitor(ctx.out, todo)
 
@@ -137,10 +138,14 @@ class ProcessesLauncher:
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus),
                        OMP_NUM_THREADS=str(o.cpus_per_run))
             log = self.out / ".processes" / f"{rd.id}.log"
-            log_file = open(log, "ab")
+            try:
+                log_file = os.fdopen(open_no_follow(log, os.O_WRONLY | os.O_CREAT
+                                                    | os.O_APPEND), "ab")
+            except OSError as e:
+                raise storage_error(e, log, f"the log of run {rd.id}") from None
             popen = subprocess.Popen(
                 job_command(self.out, rd.id, nproc=o.nproc_per_run, launcher=self.name,
-                            threads=o.cpus_per_run),
+                            threads=o.cpus_per_run, config_hash=self.config_hash),
                 stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             jobs.append(_Process(rd, popen, gpus, log, log_file, self))
         return jobs

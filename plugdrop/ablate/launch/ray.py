@@ -24,10 +24,11 @@ from .protocol import ENDED, LOST, Job, JobEnd, LaunchContext, View
 __all__ = ["RayLauncher", "check_address"]
 
 
-def _task(out: str, run_id: str, nproc: int, threads: int) -> str:
+def _task(out: str, run_id: str, nproc: int, threads: int, config_hash: str) -> str:
     from ..worker import run_job
 
-    return run_job(Path(out), run_id, nproc=nproc, launcher="ray", threads=threads)
+    return run_job(Path(out), run_id, nproc=nproc, launcher="ray", threads=threads,
+                   config_hash=config_hash)
 
 
 def check_address(address: str, timeout: float = 5.0) -> None:
@@ -106,6 +107,7 @@ class RayLauncher:
         ctx.progress.close()  # the driver's view of the run folders takes over
         o = self.options
         self.out = ctx.out
+        self.config_hash = ctx.cfg.hash()
         self.todo = len(todo)
         self.remote = ray.remote(num_cpus=o.cpus_per_run, num_gpus=o.gpus_per_run,
                                  max_retries=o.max_retries)(_task)
@@ -117,7 +119,8 @@ class RayLauncher:
     def submit(self, runs: list[RunDir]) -> list[Job]:
         o = self.options
         return [_Task(rd, self.remote.remote(str(self.out.resolve()), rd.id, o.nproc_per_run,
-                                             o.cpus_per_run), o.max_retries) for rd in runs]
+                                             o.cpus_per_run, self.config_hash), o.max_retries)
+                for rd in runs]
 
     def wait(self, jobs: list[Job], timeout: float) -> None:
         import ray

@@ -20,7 +20,7 @@ from typing import Any
 
 import submitit
 
-from ..runs import RunDir
+from ..runs import RunDir, ensure_dir, no_link, storage_error
 from .monitor import Monitor
 from .options import LaunchOptions
 from .protocol import ENDED, FAULT, Job, JobEnd, LaunchContext, View
@@ -32,12 +32,12 @@ class RunJob(submitit.helpers.Checkpointable):
     """One run as a submitit job; requeued on preemption or time-out, resuming from the run's
     checkpoint."""
 
-    def __call__(self, out: str, run_id: str, nproc: int = 1, threads: int | None = None
-                 ) -> str:
+    def __call__(self, out: str, run_id: str, nproc: int = 1, threads: int | None = None,
+                 config_hash: str | None = None) -> str:
         from ..worker import run_job
 
         return run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
-                       handle_signals=False)
+                       handle_signals=False, config_hash=config_hash)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Resubmit the same run: its state is in the run folder (checkpoint.pt), so the
@@ -78,7 +78,14 @@ class SubmititLauncher:
     def executor(self, out: Path) -> Any:
         o = self.options
         cluster = None if o.slurm_cluster == "auto" else o.slurm_cluster
-        ex = submitit.AutoExecutor(folder=out / ".submitit" / "%j", cluster=cluster)
+        private = out / ".submitit"  # submitit's job pickles: only this user may write them
+        ensure_dir(private, "submitit's job folder")
+        no_link(private, "submitit's job folder")
+        try:
+            os.chmod(private, 0o700)
+        except OSError as e:
+            raise storage_error(e, private / ".", "submitit's job folder") from None
+        ex = submitit.AutoExecutor(folder=private / "%j", cluster=cluster)
         params: dict[str, Any] = {
             "timeout_min": o.timeout_min, "nodes": 1, "tasks_per_node": 1,
             "cpus_per_task": o.cpus_per_run, "gpus_per_node": o.gpus_per_run,
@@ -94,6 +101,7 @@ class SubmititLauncher:
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         ctx.progress.close()  # the driver's view of the run folders takes over
         self.out = ctx.out
+        self.config_hash = ctx.cfg.hash()
         self.ex = self.executor(ctx.out)
         self.todo = len(todo)
         return Monitor(ctx.out, todo)
@@ -106,8 +114,8 @@ class SubmititLauncher:
 
     def submit(self, runs: list[RunDir]) -> list[Job]:
         o = self.options
-        args = [(str(self.out.resolve()), rd.id, o.nproc_per_run, o.cpus_per_run)
-                for rd in runs]
+        args = [(str(self.out.resolve()), rd.id, o.nproc_per_run, o.cpus_per_run,
+                 self.config_hash) for rd in runs]
         if len(runs) > 1 and self.ex.cluster == "slurm":
             with self.ex.batch():
                 jobs = [self.ex.submit(RunJob(), *a) for a in args]

@@ -9,18 +9,20 @@
                                   attempts.jsonl, done.json | failed.json  (folder.py)
 
 Every file is written through :mod:`.files` (a temporary file, fsync, rename; a failed write is
-a :class:`~plugdrop.ablate.errors.StorageError`).
+a :class:`~plugdrop.ablate.errors.StorageError`; never through a symbolic link) and read back
+as data: JSON, and checkpoints through :mod:`.checkpoints` (``weights_only``; nothing in the
+folder is unpickled, see ``SECURITY.md``).
 """
 
 from .ablation import FORMAT, check_out, prepare
+from .checkpoints import CheckpointRefused, load_checkpoint
 from .datafiles import fingerprint
 from .files import (append_line, atomic_write_bytes, atomic_write_json, check_room, ensure_dir,
-                    now, storage_error)
+                    no_link, now, open_no_follow, storage_error)
 from .folder import FAILED, FINISHED, INCOMPLETE, Recovery, RunDir, run_id
 from .locks import Lock, RunLock, claiming, serialized
 
-__all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "Recovery", "RunDir", "RunLock",
-           "append_line", "atomic_write_bytes", "atomic_write_json", "check_out", "check_room",
-           "claiming",
-           "ensure_dir", "fingerprint", "now", "prepare", "run_id", "serialized",
-           "storage_error"]
+__all__ = ["CheckpointRefused", "FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "Recovery",
+           "RunDir", "RunLock", "append_line", "atomic_write_bytes", "atomic_write_json",
+           "check_out", "check_room", "claiming", "ensure_dir", "fingerprint",
+           "load_checkpoint", "no_link", "now", "open_no_follow", "prepare", "run_id", "serialized", "storage_error"]

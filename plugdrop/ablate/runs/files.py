@@ -7,7 +7,10 @@ file-size limit) raises :class:`~plugdrop.ablate.errors.StorageError` naming the
 was being written and how much room it needed and had; the temporary file is removed and the
 previous file is intact. A checkpoint is serialized in memory first (so a full disk is an
 ``OSError`` of ours, not a message from PyTorch's zip writer), read back and loaded after
-writing, and the previous one is kept beside it.
+writing (as data: :mod:`.checkpoints`), and the previous one is kept beside it.
+
+Nothing here writes through a symbolic link: a file is replaced by a rename (which replaces a
+link, never its target), appended to and locked only through ``O_NOFOLLOW``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from typing import Any
 import torch
 
 from ..errors import StorageError
+from .checkpoints import CheckpointRefused, loads_checkpoint
 
 __all__ = ["append_line", "atomic_write_bytes", "atomic_write_json", "check_room", "ensure_dir",
-           "now", "serialize", "storage_error", "write_checkpoint"]
+           "no_link", "now", "open_no_follow", "serialize", "storage_error", "write_checkpoint"]
 
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _LOCKED = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
@@ -70,12 +73,21 @@ def storage_error(e: OSError, path: Path, what: str, needed: int | None = None
         reason = "the file system is read-only"
     elif code in (errno.EACCES, errno.EPERM):
         reason = "permission denied"
+    elif code == errno.ELOOP:
+        reason = ("it is a symbolic link, which plugdrop never writes through (someone may "
+                  "have put it there)")
     else:
         reason = f"{e.strerror or type(e).__name__} (errno {code})" if code else str(e)
-    if code in _FULL:
+    if code == errno.EFBIG:
+        fix = "raise the file-size limit (ulimit -f unlimited) or write elsewhere, then continue"
+    elif code == errno.EDQUOT:
+        fix = "free some of your quota (or ask for more), then continue"
+    elif code == errno.ENOSPC:
         fix = "free some space (or move the folder to a larger disk), then continue"
     elif code in _LOCKED:
         fix = f"make {folder} writable, then continue"
+    elif code == errno.ELOOP:
+        fix = f"remove the link {path} (and see who made it), then continue"
     else:
         fix = "check the disk, then continue"
     return StorageError(f"{folder}: cannot write {what} ({path.name}): {reason}", fix)
@@ -100,6 +112,19 @@ def ensure_dir(folder: Path, what: str = "a folder") -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise storage_error(e, folder / ".", what) from None
+
+
+def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open(path, flags | O_NOFOLLOW | O_CLOEXEC)``: a symbolic link at ``path`` is an
+    ``OSError`` (``ELOOP``), never followed."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def no_link(folder: Path, what: str) -> None:
+    """Raise :class:`StorageError` when ``folder`` is a symbolic link (files written into it
+    would land wherever the link points)."""
+    if folder.is_symlink():
+        raise storage_error(OSError(errno.ELOOP, os.strerror(errno.ELOOP)), folder, what)
 
 
 def _write_tmp(path: Path, data: bytes | memoryview, what: str) -> str:
@@ -182,7 +207,11 @@ def write_checkpoint(path: Path, state: Mapping[str, Any], previous: Path | None
         if back != data:
             raise OSError(errno.EIO, f"it reads back {len(back)} of {len(data)} bytes "
                                      f"differently (a storage fault)")
-        torch.load(io.BytesIO(back), map_location="cpu", weights_only=False)
+        loads_checkpoint(back, path)
+    except CheckpointRefused as e:  # a bug of ours: it would never load again
+        _remove(tmp)
+        raise TypeError(f"{what} holds more than tensors and plain data ({e.what}); report "
+                        f"this as a bug of plugdrop") from None
     except OSError as e:
         _remove(tmp)
         raise storage_error(e, path, what, len(data)) from None
@@ -211,7 +240,7 @@ def append_line(path: Path, record: Mapping[str, Any], what: str = "a record") -
     line = (json.dumps(record) + "\n").encode()
     ensure_dir(path.parent, what)
     try:
-        with open(path, "a+b") as f:
+        with os.fdopen(open_no_follow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+b") as f:
             if f.seek(0, os.SEEK_END) > 0:
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":  # a partial line of a killed writer stays apart

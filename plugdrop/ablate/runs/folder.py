@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from .checkpoints import CheckpointRefused, load_checkpoint
 from .files import (append_line, atomic_write_bytes, atomic_write_json, now, storage_error,
                     write_checkpoint)
 
@@ -127,8 +126,11 @@ class RunDir:
             if not path.exists():
                 continue
             try:
-                state = torch.load(path, map_location="cpu", weights_only=False)
+                state = load_checkpoint(path)
                 epoch = int(state["epoch"])
+            except CheckpointRefused as e:  # never loaded: say so, whatever its name
+                notes.append(str(e))
+                continue
             except Exception as e:  # noqa: BLE001 - torn, truncated, garbled: pass it over
                 if path.suffix != ".tmp":  # a partial write a kill left is expected
                     notes.append(f"{path} is unreadable, torn or corrupt ({_first_line(e)})")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import ConfigError
-from .files import ensure_dir, storage_error
+from .files import ensure_dir, no_link, open_no_follow, storage_error
 from .folder import RunDir
 
 __all__ = ["Lock", "RunLock", "claiming", "serialized"]
@@ -26,8 +26,8 @@ def serialized(path: Path) -> Iterator[None]:
     after the other, so a late writer never puts an older table over a newer one. A folder
     that cannot hold the lock file (read-only) is read without it."""
     try:
-        f = open(path, "a+")
-    except OSError:
+        f = _fopen(path)
+    except OSError:  # read-only, or a link someone put there (never followed): no lock
         f = None
     try:
         if f is not None:
@@ -94,6 +94,8 @@ class RunLock:
         """Take the lock; False when another process still holds it after ``patience``
         seconds (a driver's :meth:`held_elsewhere` probe holds it for an instant)."""
         ensure_dir(self.path.parent, "the run's folder")
+        for folder in (self.path.parent.parent, self.path.parent):  # runs/, runs/<id>/
+            no_link(folder, "the run's folder")
         f = _open(self.path, "the run's lock")
         deadline = time.monotonic() + patience
         while True:
@@ -133,9 +135,15 @@ def claiming(out: Path) -> Iterator[None]:
         yield
 
 
+def _fopen(path: Path) -> IO[str]:
+    """``open(path, "a+")``, never through a symbolic link."""
+    return os.fdopen(open_no_follow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+")
+
+
 def _open(path: Path, what: str) -> IO[str]:
-    """``open(path, "a+")``, a failure (read-only, full, no permission) as a StorageError."""
+    """:func:`_fopen`, a failure (read-only, full, no permission, a symbolic link) as a
+    StorageError."""
     try:
-        return open(path, "a+")
+        return _fopen(path)
     except OSError as e:
         raise storage_error(e, path, what) from None
