@@ -27,6 +27,7 @@ from .errors import ConfigError, Fault
 from .progress import Progress
 from .train import Dist, StopFlag, Stopped, Trainer, on_rank0, save_gradcam
 from .train.build import locate, one_line
+from .train.cadence import Cadence
 
 __all__ = ["BUSY", "FAILED", "FAULT", "FINISHED", "STOPPED", "Result", "execute", "load_data",
            "train_run", "workers_for"]
@@ -77,7 +78,7 @@ def _claim(rd: runs.RunDir, lock: runs.RunLock, launcher: str
             lock.release()
             return FINISHED, None
         recovery = rd.recover()
-        rd.record_attempt(recovery.epoch + 1, launcher)
+        rd.record_attempt(recovery.epoch + 1, launcher, recovery.step)
     except BaseException:
         lock.release()
         raise
@@ -114,15 +115,22 @@ def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, wor
         progress.run_start(rd.variant, rd.seed, cfg.epochs, trainer.steps_per_epoch,
                            start_epoch)
         t0 = time.perf_counter()
+        cadence = Cadence(cfg.checkpoint_every)
+
+        def save(state: dict[str, object]) -> None:  # in the middle of an epoch
+            if d.main:
+                rd.save_checkpoint(state)
+
         try:
             for _ in range(start_epoch, cfg.epochs + 1):
-                record = trainer.train_epoch(stop, progress.batch)
+                record = trainer.train_epoch(stop, progress.batch, save, cadence)
                 state = trainer.state_dict()  # collective under torchrun
                 if d.main:
                     rd.append_metrics(record)
                     rd.save_checkpoint(state)
                     if logger is not None:
                         logger.log(record)
+                cadence.done()
                 progress.epoch(record)
         finally:
             if logger is not None:
@@ -156,7 +164,7 @@ def execute(cfg: AblationConfig, rd: runs.RunDir, d: Dist, data: Callable[[], Da
         recorded in ``failed.json`` and returned as ``failed``.
 
     Raises:
-        Stopped: a signal stopped the run at a step boundary (its last epoch is kept).
+        Stopped: a signal stopped the run at a step boundary (its state checkpointed there).
         KeyboardInterrupt: a second Ctrl-C.
         ConfigError: a user mistake met only now (an unreadable image, say).
         Fault: the environment failed (a full disk, data that vanished): the run is not

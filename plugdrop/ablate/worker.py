@@ -14,7 +14,8 @@ checkpoint), writing the run folder exactly as the local launcher does.
 
 Exit status: 0 finished (or finished already), 1 failed, 2 a mistake (one line), 74 a fault of
 the environment (a full disk, data that vanished: one line; the run is not marked failed), 75
-another process trains this run now, 128 + signal when SIGINT / SIGTERM stopped it.
+another process trains this run now, 128 + signal when SIGINT, SIGTERM, SIGUSR1 or SIGUSR2
+stopped it (at a step boundary, with a checkpoint there).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +37,7 @@ from .data import DataSets
 from .errors import FAULT_EXIT, ConfigError, Fault
 from .execute import BUSY, FAILED, FAULT, FINISHED, STOPPED, execute, load_data
 from .progress import Progress
-from .train import StopFlag, Stopped, agree, resolve_device, setup_distributed
+from .train import SIGNALS, StopFlag, Stopped, agree, resolve_device, setup_distributed
 
 __all__ = ["BUSY", "CONFIG_FILE", "FAILED", "FAULT", "FINISHED", "STOPPED", "fault_of",
            "fault_status", "find_run", "job_command", "load_config", "main", "run_job",
@@ -134,14 +136,15 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
         run_id: ``<variant>__s<seed>``.
         launcher: recorded in ``attempts.jsonl``.
         threads: ``torch.set_num_threads`` for this run (the CPUs it was given).
-        handle_signals: stop cleanly at a step boundary on SIGINT / SIGTERM (not under
-            submitit, which handles preemption itself).
+        handle_signals: stop at the next step boundary, with a checkpoint there, on SIGINT,
+            SIGTERM, SIGUSR1 or SIGUSR2 (a submitit job then hands the signal on to
+            submitit's own handler, which requeues it).
         config_hash: the hash the stored config must have (the launcher's word, which a
             file in ``out`` cannot change); default: the one ``ablation.json`` records.
 
     Returns:
-        ``"finished"``, ``"failed"``, ``"busy"`` (another process trains it), ``"stopped"``
-        or a :func:`fault_status` (the environment failed: a full disk, data that vanished;
+        ``"finished"``, ``"failed"``, ``"busy"`` (another process trains it),
+        ``"stopped: SIGNUM"`` (a signal stopped it, checkpointed) or a :func:`fault_status` (the environment failed: a full disk, data that vanished;
         the message is also printed, the run is not marked failed).
 
     Raises:
@@ -160,8 +163,8 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
     try:
         result = execute(cfg, rd, d, lambda: agree(d, lambda: _same_data(out, load_data(cfg))),
                          stop=stop, progress=Progress(1, d.main, tty=False), launcher=launcher)
-    except Stopped:
-        return STOPPED
+    except Stopped as e:  # checkpointed at the step it reached
+        return f"{STOPPED}: {e.signum}"
     except Fault as e:
         if d.main:
             _say(f"plugdrop worker: run {run_id}: {e}; {e.fix}")
@@ -207,9 +210,30 @@ def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
     if nproc <= 1:
         return run_one(out, run_id, launcher=launcher, threads=threads,
                        handle_signals=handle_signals, config_hash=config_hash)
-    proc = subprocess.run(job_command(Path(out), run_id, nproc=nproc, launcher=launcher,
-                                      threads=threads, config_hash=config_hash), check=False)
-    return status_after(Path(out), run_id, proc.returncode, config_hash)
+    proc = subprocess.Popen(job_command(Path(out), run_id, nproc=nproc, launcher=launcher,
+                                        threads=threads, config_hash=config_hash))
+    got: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:  # torchrun stops its ranks on SIGTERM
+        got.append(signum)
+        proc.send_signal(signal.SIGTERM)
+
+    old = {}
+    if handle_signals:
+        for s in SIGNALS:
+            try:
+                old[s] = signal.signal(s, forward)
+            except ValueError:  # not the main thread
+                pass
+    try:
+        code = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    status = status_after(Path(out), run_id, code, config_hash)
+    if got and status.startswith(STOPPED):
+        return f"{STOPPED}: {got[0]}"
+    return status
 
 
 def status_after(out: Path, run_id: str, returncode: int, config_hash: str | None = None
@@ -221,7 +245,9 @@ def status_after(out: Path, run_id: str, returncode: int, config_hash: str | Non
         return status
     if returncode == FAULT_EXIT:
         return FAULT
-    return BUSY if returncode == 75 else STOPPED
+    if returncode == 75:
+        return BUSY
+    return f"{STOPPED}: {returncode - 128}" if returncode > 128 else STOPPED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-    return _EXIT.get(status.partition(": ")[0], 128 + 15)
+    head, _, signum = status.partition(": ")
+    if head == STOPPED:
+        return 128 + (int(signum) if signum.isdigit() else signal.SIGTERM)
+    return _EXIT.get(head, 128 + signal.SIGTERM)
 
 
 if __name__ == "__main__":

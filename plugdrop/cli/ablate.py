@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
             failed = out / "runs" / rid / "failed.json"
             print(f"plugdrop ablate: run {rid} failed; see {failed}", file=sys.stderr)
         if outcome.stopped:
-            print(f"\nplugdrop ablate: stopped; finished epochs are kept. Resume with:\n  "
+            print(f"\nplugdrop ablate: stopped; every run kept the step it reached (a checkpoint). Resume with:\n  "
                   f"{resume_command(args.argv, out)}", file=sys.stderr, flush=True)
     if outcome.stopped:
         code = 128 + outcome.stopped

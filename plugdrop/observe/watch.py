@@ -3,7 +3,8 @@ of the layers' transforms next to their scheduled values."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -103,6 +104,28 @@ class Watch(Observer):
 
     def reset(self) -> None:
         self._stats = _Stats()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running sums since the last reset (tensors) and their counts: what a checkpoint
+        taken in the middle of an epoch keeps so that the epoch's means come out the same."""
+        return {"sums": {k: v.detach().clone() for k, v in self._stats.sums.items()},
+                "counts": dict(self._stats.counts), "steps": self.steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (the sums move to the device they were on).
+
+        Raises:
+            ValueError: ``state`` is not a :meth:`state_dict` of a watch.
+        """
+        if not (isinstance(state, Mapping) and isinstance(state.get("sums"), Mapping)
+                and isinstance(state.get("counts"), Mapping)):
+            raise ValueError("watch.load_state_dict: expected the mapping of "
+                             "Watch.state_dict() (sums, counts, steps)")
+        stats = _Stats()
+        stats.sums = {str(k): v.clone() for k, v in state["sums"].items()}
+        stats.counts = {str(k): int(v) for k, v in state["counts"].items()}
+        self._stats = stats
+        self.steps = int(state.get("steps", 0))
 
     def table(self) -> str:
         """The statistics as a printable table, one row per layer."""

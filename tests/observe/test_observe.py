@@ -1,5 +1,6 @@
 """capture, trace, watch and Grad-CAM against hand computations on small models."""
 
+import io
 import json
 
 import pytest
@@ -100,6 +101,33 @@ def test_watch_statistics_match_direct_computation():
     assert w.as_dict() == {}
     w.remove()
     assert _no_hooks(m)
+
+
+def test_a_watch_continues_from_its_state_dict_exactly():
+    """What a checkpoint in the middle of an epoch keeps: the running sums, so that a watch
+    resumed halfway reports the means an uninterrupted one does, bit for bit."""
+    m = _net().train()
+    xs = [torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    whole = pd.watch(m, "1")
+    for x in xs:
+        m(x).sum().backward()
+    want = whole.as_dict()
+    whole.remove()
+    first = pd.watch(m, "1")
+    for x in xs[:2]:
+        m(x).sum().backward()
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    first.remove()
+    second = pd.watch(m, "1")
+    buf.seek(0)
+    second.load_state_dict(torch.load(buf, weights_only=True))
+    for x in xs[2:]:
+        m(x).sum().backward()
+    assert second.as_dict() == want
+    second.remove()
+    with pytest.raises(ValueError, match="Watch.state_dict"):
+        second.load_state_dict({"steps": 3})
 
 
 def test_watch_measures_the_drop_fraction_next_to_the_scheduled_p():

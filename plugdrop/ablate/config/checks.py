@@ -291,3 +291,37 @@ def decide_on(v: Value) -> Any:
 def margin(v: Value) -> Any:
     v.need(v.value == "auto" or (is_num(v.value) and v.value >= 0), "auto or a number >= 0")
     return v.value if v.value == "auto" else float(v.value)
+
+
+_EVERY = re.compile(r"(\d+(?:\.\d+)?)\s*(s|sec|secs|m|min|mins|h|hour|hours|steps?)")
+_UNIT = {"s": "s", "sec": "s", "secs": "s", "m": "min", "min": "min", "mins": "min", "h": "h",
+         "hour": "h", "hours": "h", "step": "steps", "steps": "steps"}
+
+
+def interval(value: Any) -> tuple[str, float] | None:
+    """``checkpoint_every``'s value (normalized by :func:`checkpoint_every`) as ``("seconds",
+    n)`` or ``("steps", n)``; ``None`` for false (epoch ends only)."""
+    if value is False or value is None:
+        return None
+    found = _EVERY.fullmatch(str(value).strip().lower())
+    if found is None:
+        raise ValueError(f"not an interval: {value!r}")
+    amount, unit = float(found.group(1)), _UNIT[found.group(2)]
+    if unit == "steps":
+        return "steps", amount
+    return "seconds", amount * {"s": 1, "min": 60, "h": 3600}[unit]
+
+
+def checkpoint_every(v: Value) -> Any:
+    what = ("a duration such as 30min, 90s or 2h, a number of optimizer steps such as 500steps, "
+            "or false (at epoch ends only)")
+    if v.value is False or v.value is None:
+        return False
+    found = _EVERY.fullmatch(v.value.strip().lower()) if isinstance(v.value, str) else None
+    if found is None or float(found.group(1)) <= 0:
+        v.need(False, what, " (give a unit: 30min, 500steps)" if is_num(v.value) else "")
+        return False  # not reached: need raised
+    unit = _UNIT[found.group(2)]
+    if unit == "steps":
+        v.need(found.group(1).isdigit(), "a whole number of steps, such as 500steps")
+    return f"{found.group(1)}{unit}"

@@ -189,6 +189,12 @@ class AblationConfig:
              "or false")
     log: tuple[str, ...] = setting((), group="Runs", check=C.log, hashed=False, shown="[]",
                                    help="`[tensorboard]`: event files in each run folder")
+    checkpoint_every: str | bool = setting(
+        "10min", group="Runs", check=C.checkpoint_every, hashed=False,
+        help="a checkpoint in the middle of an epoch this often (`30min`, `90s`, `2h`) or every "
+             "so many optimizer steps (`500steps`), besides every epoch end; a signal (SIGTERM, "
+             "SIGUSR1/2) also checkpoints at the next step; a resumed run continues at that "
+             "step. `false`: at epoch ends only")
     # -- decisions --------------------------------------------------------------------------
     decide_on: str = setting(
         "val_acc", group="Decisions", check=C.decide_on, hashed=AWAY_FROM_DEFAULT,

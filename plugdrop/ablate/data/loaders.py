@@ -4,13 +4,16 @@ sharded over ranks, with unreadable images handed to the main process (:class:`C
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import (DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset,
-                              default_collate)
+                              default_collate, get_worker_info)
 
 from ..errors import ConfigError
 from .images import BadImage, BadImageLog, find_log
@@ -33,6 +36,43 @@ class ShardSampler(Sampler[int]):
         return self.stop - self.start
 
 
+class _Skip(Sampler[int]):
+    """``sampler``'s indices without the first ``skip``: where a run resumed in the middle of
+    an epoch goes on (the order is the whole epoch's; no skipped image is loaded)."""
+
+    def __init__(self, sampler: Sampler[int], skip: int) -> None:
+        self.sampler, self.skip = sampler, skip
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(iter(self.sampler), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(0, len(self.sampler) - self.skip)  # type: ignore[arg-type]
+
+
+class _SeededSamples(Dataset):
+    """``ds`` whose sample ``i`` is made, in a worker process, with torch's, Python's and NumPy's
+    generators seeded from ``(base, i)``: a random augmentation then depends on the sample and
+    the epoch, not on which worker made it or what it made before, so an epoch resumed in the
+    middle (or with another worker count) draws the augmentations an uninterrupted one did.
+    In the main process (``workers: 0``) the run's own generators go on, as they are saved in
+    its checkpoints."""
+
+    def __init__(self, ds: Dataset, base: int) -> None:
+        self.ds, self.base = ds, base
+
+    def __len__(self) -> int:
+        return len(self.ds)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        if get_worker_info() is not None:
+            seed = (self.base * 2_654_435_761 + int(i) * 40_503 + 1) % (2 ** 63)
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed % (2 ** 32))
+        return self.ds[i]
+
+
 def _collate(batch: list[Any]) -> tuple[Any, list[BadImage]]:
     """Collates the readable samples and passes the unreadable ones' markers on (in a worker)."""
     good = [b for b in batch if not isinstance(b, BadImage)]
@@ -48,11 +88,15 @@ class CheckedLoader(DataLoader):
     def __init__(self, *args: Any, bad_log: BadImageLog, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.bad_log = bad_log
+        #: batches of the sampler taken so far, dropped ones included (where a resume goes on)
+        self.consumed = 0
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         it = super().__iter__()
+        self.consumed = 0
         try:
             for batch, bad in it:
+                self.consumed += 1
                 self.bad_log.record(bad)
                 if batch is None:
                     continue
@@ -68,7 +112,8 @@ def _loader_seed(seed: int, epoch: int, rank: int) -> int:
 
 
 def make_loader(ds: Dataset, *, batch_size: int, train: bool, workers: int, seed: int, epoch: int,
-                rank: int = 0, world: int = 1, device: torch.device) -> DataLoader:
+                rank: int = 0, world: int = 1, device: torch.device, start_batch: int = 0
+                ) -> DataLoader:
     """A loader over this process's share of ``ds``.
 
     Args:
@@ -83,6 +128,8 @@ def make_loader(ds: Dataset, *, batch_size: int, train: bool, workers: int, seed
         seed, epoch: fix the order and the workers' random seeds (augmentation).
         rank, world: this process's rank and the number of processes.
         device: where the batches go (pinned memory on CUDA).
+        start_batch: (training) begin the epoch's order at this batch, as a run resumed in
+            the middle of the epoch does; the batches before it are not loaded.
 
     Returns:
         a :class:`~torch.utils.data.DataLoader` yielding ``(images, labels)``: images of shape
@@ -111,7 +158,7 @@ def make_loader(ds: Dataset, *, batch_size: int, train: bool, workers: int, seed
             raise ConfigError(f"batch_size: {batch_size} per process is more than the "
                               f"{len(dist)} training images each of {world} process(es) gets "
                               f"({n} in all); lower batch_size or add data")
-        sampler = dist
+        sampler = _Skip(dist, start_batch * batch_size) if start_batch else dist
     else:
         sampler = ShardSampler(n, rank, world)
     gen = torch.Generator().manual_seed(_loader_seed(seed, epoch, rank))
@@ -119,9 +166,10 @@ def make_loader(ds: Dataset, *, batch_size: int, train: bool, workers: int, seed
                                   pin_memory=device.type == "cuda", drop_last=train,
                                   persistent_workers=False, generator=gen)
     log = find_log(ds)
+    samples = _SeededSamples(ds, _loader_seed(seed, epoch, rank)) if train and workers else ds
     if log is None:  # data that cannot hold unreadable files (in memory, user data sets)
-        return DataLoader(ds, **common)
-    return CheckedLoader(ds, collate_fn=_collate, bad_log=log, **common)
+        return DataLoader(samples, **common)
+    return CheckedLoader(samples, collate_fn=_collate, bad_log=log, **common)
 
 
 def default_workers() -> int:

@@ -10,6 +10,7 @@ folder is read on rank 0 and shared.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -19,9 +20,12 @@ from ..errors import Fault
 from ..report import Rebuilder
 from ..runs import RunDir, RunLock
 from ..train import Stopped, on_rank0
-from .protocol import BUSY, FAULT, LOST, Job, JobEnd, LaunchContext, Launcher, View
+from .protocol import BUSY, ENDED, FAULT, LOST, Job, JobEnd, LaunchContext, Launcher, View
 
-__all__ = ["Outcome", "Waiting", "drive"]
+__all__ = ["GRACE", "Outcome", "Waiting", "drive"]
+
+#: seconds a job may go on after its run finished before the driver cancels it
+GRACE = 10.0
 
 T = TypeVar("T")
 
@@ -69,6 +73,7 @@ class _Driver:
         self.active: list[Job] = []
         self.waiting = Waiting()
         self.tries: dict[str, int] = {}
+        self.over: dict[str, float] = {}
         self.rebuild = Rebuilder(ctx.out, view.message)
 
     def probe(self, fn: Callable[[], T]) -> T:
@@ -85,12 +90,25 @@ class _Driver:
                 self.active += self.launcher.submit(batch)
             for job in list(self.active):
                 end = job.poll()
+                if end is None and self.left_behind(job):
+                    job.cancel()  # its run is over (a requeued job, say): free its slot
+                    end = JobEnd(ENDED)
                 if end is not None:
                     self.active.remove(job)
                     self.ended(job, end)
             self.view.update()
             if self.active or self.waiting:
                 self.launcher.wait(self.active, 0.5)
+
+    def left_behind(self, job: Job) -> bool:
+        """Whether ``job`` is still queued or running although its run finished or failed
+        :data:`GRACE` seconds ago (a job requeued after its run ended, a process that hangs
+        on its way out): it would only take an allocation."""
+        if self.probe(lambda: job.run.status) == runs.INCOMPLETE:
+            self.over.pop(job.run.id, None)
+            return False
+        since = self.over.setdefault(job.run.id, time.monotonic())
+        return time.monotonic() - since > GRACE
 
     def ended(self, job: Job, end: JobEnd) -> None:
         rd, view = job.run, self.view
@@ -149,7 +167,8 @@ class _Driver:
             self.rebuild(final=False)
 
     def cancel(self) -> None:
-        for job in self.active:
+        active, self.active = self.active, []
+        for job in active:
             job.cancel()
 
 
@@ -173,6 +192,7 @@ def drive(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: O
         driver.cancel()
         raise
     finally:
+        driver.cancel()  # none is left on a normal end; after an error, no job outlives us
         view.close()
     statuses = driver.probe(lambda: [rd.status for rd in todo])
     for rd, status in zip(todo, statuses):

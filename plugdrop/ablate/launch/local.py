@@ -1,7 +1,7 @@
 """``--launcher local`` (the default): the runs train in this process, one after another (under
 torchrun, in all of its processes together), with tqdm bars on a terminal and a line per epoch
-otherwise. Ctrl-C or SIGTERM stops at the next step boundary, keeping the last finished epoch;
-a second Ctrl-C stops at once."""
+otherwise. Ctrl-C, SIGTERM, SIGUSR1 or SIGUSR2 stops at the next step boundary, with a checkpoint
+there; a second Ctrl-C stops at once."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class LocalLauncher:
                 result = execute(ctx.cfg, rd, ctx.d, lambda: ctx.data, stop=self.stop,
                                  progress=progress, launcher=self.name)
             except Stopped as e:
-                progress.run_end(f"stopped by {e}; its last finished epoch is kept")
+                progress.run_end(f"stopped by {e}; checkpointed at that step")
                 raise
             except KeyboardInterrupt:
                 progress.run_end("interrupted")

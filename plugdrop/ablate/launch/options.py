@@ -51,6 +51,10 @@ class LaunchOptions:
                               help="restarts of a job that died; it resumes from its checkpoint")
     timeout_min: int = option(24 * 60, metavar="MIN", minimum=1,
                               help="time limit of each Slurm job; it requeues itself before it")
+    signal_lead: int = option(120, metavar="S", minimum=1,
+                              help="seconds before a Slurm job's time limit that it is sent "
+                                   "SIGUSR2 (--signal): it checkpoints at the next step and is "
+                                   "requeued")
     slurm_partition: str | None = option(None, metavar="NAME", help="the Slurm partition")
     slurm_cluster: str = option("auto", choices=("auto", "slurm", "local"),
                                 help="submitit's cluster: auto = Slurm when sbatch is there, "

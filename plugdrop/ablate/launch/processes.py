@@ -84,7 +84,7 @@ class _Process:
             self.launcher.free_gpus(self.gpus)
 
     def cancel(self) -> None:
-        """SIGTERM: the run stops at its next step boundary (its finished epochs kept); killed
+        """SIGTERM: the run stops at its next step boundary, checkpointed there; killed
         after :data:`GRACE_S` seconds."""
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)

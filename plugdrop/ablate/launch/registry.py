@@ -37,7 +37,7 @@ _ENTRIES = (
     Entry("processes", "processes", "ProcessesLauncher", _PER_RUN,
           "in processes of their own on this machine, several at once (each with its GPUs)"),
     Entry("submitit", "submitit", "SubmititLauncher",
-          _PER_RUN + ("timeout_min", "slurm_partition", "slurm_cluster"),
+          _PER_RUN + ("timeout_min", "signal_lead", "slurm_partition", "slurm_cluster"),
           "as Slurm jobs (one array job)", "submitit", "slurm"),
     Entry("ray", "ray", "RayLauncher", _PER_RUN + ("address",), "as Ray tasks", "ray", "ray"),
 )

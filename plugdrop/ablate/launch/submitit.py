@@ -14,6 +14,8 @@ Job logs: ``OUT/.submitit/<job id>/``.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,19 +31,37 @@ __all__ = ["RunJob", "SubmititLauncher"]
 
 
 class RunJob(submitit.helpers.Checkpointable):
-    """One run as a submitit job; requeued on preemption or time-out, resuming from the run's
-    checkpoint."""
+    """One run as a submitit job; on a scheduler's signal it checkpoints at the next step and
+    is requeued, resuming at that step.
+
+    submitit installs its own handlers in the job: SIGUSR2 (Slurm's ``--signal``, sent
+    ``--signal-lead`` seconds before the time limit, and on preemption where the cluster is so
+    configured) checkpoints the job's arguments and requeues it with ``scontrol requeue``;
+    SIGTERM it ignores ("Bypassing signal SIGTERM"). The run replaces both while it trains
+    (and SIGUSR1, SIGINT): any of them stops it at the next optimizer step with a checkpoint
+    there. Then SIGUSR2 is handed to submitit's handler, which requeues the job; after any other
+    signal the job exits without a result, so that Slurm requeues it (preemption,
+    ``scontrol requeue``) or, when it was cancelled, the driver submits the run again.
+    """
 
     def __call__(self, out: str, run_id: str, nproc: int = 1, threads: int | None = None,
                  config_hash: str | None = None) -> str:
-        from ..worker import run_job
+        from ..worker import STOPPED, run_job
 
-        return run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
-                       handle_signals=False, config_hash=config_hash)
+        status = run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
+                         handle_signals=True, config_hash=config_hash)
+        head, _, signum = status.partition(": ")
+        if head != STOPPED:
+            return status
+        sig = int(signum) if signum.isdigit() else signal.SIGTERM
+        handler = signal.getsignal(sig)  # submitit's again, now that the run let go
+        if sig == signal.SIGUSR2 and callable(handler):
+            handler(sig, None)  # checkpoint() below, scontrol requeue, exit
+        sys.exit(-1)  # no result: requeued by Slurm, or submitted again by the driver
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
-        """Resubmit the same run: its state is in the run folder (checkpoint.pt), so the
-        requeued job resumes from the last finished epoch."""
+        """Resubmit the same run: its state is in the run folder (``checkpoint.pt``, written
+        at the step where the signal stopped it), so the requeued job resumes there."""
         return submitit.helpers.DelayedSubmission(RunJob(), *args, **kwargs)
 
 
@@ -91,6 +111,7 @@ class SubmititLauncher:
             "cpus_per_task": o.cpus_per_run, "gpus_per_node": o.gpus_per_run,
             "name": f"plugdrop-{out.name}"}
         if ex.cluster == "slurm":
+            params["slurm_signal_delay_s"] = o.signal_lead  # --signal=USR2@lead
             if o.slurm_partition:
                 params["slurm_partition"] = o.slurm_partition
             if o.max_parallel:

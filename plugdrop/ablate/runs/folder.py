@@ -35,12 +35,23 @@ def run_id(variant: str, seed: int) -> str:
 @dataclass(frozen=True)
 class Recovery:
     """Where a run resumes: ``path`` (``None``: from its beginning), the last ``epoch`` it
-    holds (0 from the beginning), and ``notes``: one sentence per checkpoint passed over (torn,
-    unreadable, ahead of ``metrics.jsonl``), for a warning."""
+    finished (0 from the beginning), the global optimizer ``step`` it holds, whether that step
+    is ``mid_epoch`` (a checkpoint taken inside epoch ``epoch + 1``), and ``notes``: one
+    sentence per checkpoint passed over (torn, unreadable, refused, ahead of
+    ``metrics.jsonl``), for a warning."""
 
     path: Path | None
     epoch: int = 0
     notes: list[str] = field(default_factory=list)
+    step: int = 0
+    mid_epoch: bool = False
+
+    @property
+    def where(self) -> str:
+        """``the checkpoint of epoch 2`` or ``the checkpoint of step 740 (in epoch 3)``."""
+        if self.mid_epoch:
+            return f"the checkpoint of step {self.step} (in epoch {self.epoch + 1})"
+        return f"the checkpoint of epoch {self.epoch}"
 
     def message(self, run: str) -> str | None:
         """The warning to show, or ``None`` when the last checkpoint was taken as it was."""
@@ -49,7 +60,7 @@ class Recovery:
         passed = "; ".join(self.notes)
         if self.path is None:
             return f"run {run}: {passed}; training it again from epoch 1"
-        return f"run {run}: {passed}; resuming from the checkpoint of epoch {self.epoch}"
+        return f"run {run}: {passed}; resuming from {self.where}"
 
 
 def _first_line(e: BaseException) -> str:
@@ -141,7 +152,8 @@ class RunDir:
                 continue
             if path != self.checkpoint:
                 self._put_in_place(path)
-            return Recovery(self.checkpoint, epoch, notes)
+            return Recovery(self.checkpoint, epoch, notes, int(state.get("step", 0)),
+                            bool(state.get("position")))
         return Recovery(None, 0, notes)
 
     def _put_in_place(self, path: Path) -> None:
@@ -180,12 +192,14 @@ class RunDir:
     def append_metrics(self, record: Mapping[str, Any]) -> None:
         append_line(self.metrics, record, f"the metrics of run {self.id}")
 
-    def record_attempt(self, start_epoch: int, launcher: str) -> None:
-        """Note in ``attempts.jsonl`` that a process starts training this run (requeued and
-        retried runs show where each attempt resumed)."""
+    def record_attempt(self, start_epoch: int, launcher: str, start_step: int = 0) -> None:
+        """Note in ``attempts.jsonl`` that a process starts training this run at epoch
+        ``start_epoch`` from global optimizer step ``start_step`` (requeued and retried runs
+        show where each attempt resumed)."""
         path = self.attempts
         n = len(path.read_text().splitlines()) if path.exists() else 0
-        append_line(path, {"attempt": n + 1, "start_epoch": start_epoch, "launcher": launcher,
+        append_line(path, {"attempt": n + 1, "start_epoch": start_epoch,
+                           "start_step": start_step, "launcher": launcher,
                            "host": socket.gethostname(), "pid": os.getpid(), "started": now()},
                     f"the attempts of run {self.id}")
 

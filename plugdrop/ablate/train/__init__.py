@@ -7,9 +7,9 @@ from .build import per_process_batch
 from .distributed import Dist, agree, on_rank0, resolve_device, setup_distributed, world_from_env
 from .dry import dry_run, dry_step
 from .gradcam import gradcam_layer, save_gradcam
-from .signals import StopFlag, Stopped
+from .signals import SIGNALS, StopFlag, Stopped
 from .trainer import Trainer
 
-__all__ = ["Dist", "StopFlag", "Stopped", "Trainer", "agree", "dry_run", "dry_step",
+__all__ = ["Dist", "SIGNALS", "StopFlag", "Stopped", "Trainer", "agree", "dry_run", "dry_step",
            "gradcam_layer", "on_rank0", "per_process_batch", "resolve_device", "save_gradcam",
            "setup_distributed", "world_from_env"]

@@ -6,8 +6,10 @@ plugdrop's gradient transforms receive), ``channels_last``, gradient accumulatio
 gradient-norm clipping, timm's optimizers and per-step schedulers and ``ModelEmaV3``. Every
 coordinated transform of the variant (ManifoldMixup, PatchUp) mixes the targets through
 :func:`plugdrop.mixed_loss`, whatever its class. After every epoch the run's state (model,
-optimizer, scheduler, scaler, EMA, plugdrop handles, RNG states) is the checkpoint's, so a
-resumed run continues exactly where the last epoch ended.
+optimizer, scheduler, scaler, EMA, plugdrop handles, RNG states) is the checkpoint's, and so
+it is in the middle of an epoch (``checkpoint_every``, a stopping signal), with the position in
+the epoch (the batches taken, the partial sums, the watch's running statistics), so a resumed
+run continues exactly at the step where it stopped.
 
 Under ``torchrun`` each process trains on its shard of every global batch (``batch_size`` is the
 global batch) with DistributedDataParallel; validation sums are all-reduced; rank 0 writes.
@@ -35,7 +37,8 @@ from . import build
 from .distributed import Dist
 from .metrics import EvalSums
 from .rng import rng_state, seed_all, set_rng_state
-from .signals import StopFlag
+from .cadence import Cadence
+from .signals import StopFlag, Stopped
 
 __all__ = ["Trainer"]
 
@@ -64,6 +67,8 @@ class Trainer:
     epoch: int = 0
     value_sums: dict[str, float] = field(default_factory=dict)
     value_count: int = 0
+    #: where the next epoch resumes inside itself (a checkpoint's position), or None
+    position: dict[str, Any] | None = None
 
     # -- construction ---------------------------------------------------------------------
 
@@ -115,20 +120,28 @@ class Trainer:
 
     # -- state ----------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint holds (a collective under torchrun: every rank's RNG state)."""
-        rng = rng_state()
+    def state_dict(self, position: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The run's state: after ``epoch`` finished epochs, and, in the middle of the next one,
+        where it is (``position``: this process's batches and partial sums; gathered from every
+        rank under torchrun, as the random states are). Tensors and plain data only."""
+        mine: dict[str, Any] = {"rng": rng_state(), "position": dict(position or {}) or None,
+                                "watch": self.watch.state_dict()
+                                if position and self.watch is not None else None}
+        if mine["watch"] is not None:
+            mine["watch"]["sums"] = {k: v.cpu() for k, v in mine["watch"]["sums"].items()}
         if self.d.active:
             ranks: list[Any] = [None] * self.d.world
-            dist.all_gather_object(ranks, rng)
-            rng_all: Any = ranks
+            dist.all_gather_object(ranks, mine)
         else:
-            rng_all = [rng]
+            ranks = [mine]
         return {"epoch": self.epoch, "step": self.step, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
                 "ema": self.ema.state_dict() if self.ema is not None else None,
-                "handles": [h.state_dict() for h in self.handles], "rng": rng_all,
+                "handles": [h.state_dict() for h in self.handles],
+                "rng": [r["rng"] for r in ranks],
+                "position": [r["position"] for r in ranks] if position else None,
+                "watch": [r["watch"] for r in ranks] if mine["watch"] is not None else None,
                 "config_hash": self.cfg.hash()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -140,10 +153,18 @@ class Trainer:
             self.ema.load_state_dict(state["ema"])
         for h, s in zip(self.handles, state["handles"]):
             h.load_state_dict(s)
-        rng = state["rng"]
-        set_rng_state(rng[self.d.rank] if self.d.rank < len(rng) else rng[0])
+
+        def mine(per_rank: list[Any]) -> Any:
+            return per_rank[self.d.rank] if self.d.rank < len(per_rank) else per_rank[0]
+
+        set_rng_state(mine(state["rng"]))
         self.epoch = int(state["epoch"])
         self.step = int(state["step"])
+        self.position = mine(state["position"]) if state.get("position") else None
+        if self.watch is not None and state.get("watch"):
+            w = mine(state["watch"])
+            self.watch.load_state_dict(dict(w, sums={k: v.to(self.d.device)
+                                                     for k, v in w["sums"].items()}))
 
     # -- training -------------------------------------------------------------------------
 
@@ -203,21 +224,59 @@ class Trainer:
         return seen
 
     def train_epoch(self, stop: StopFlag | None = None,
-                    on_batch: Callable[[], None] | None = None) -> dict[str, Any]:
-        """Train one epoch and evaluate; returns the epoch's metrics record."""
+                    on_batch: Callable[[], None] | None = None,
+                    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+                    cadence: Cadence | None = None) -> dict[str, Any]:
+        """Train one epoch (or the rest of it, after a resume in its middle) and evaluate;
+        returns the epoch's metrics record.
+
+        Between optimizer steps, when ``cadence`` says so or a signal arrived (``stop``),
+        ``checkpoint`` gets :meth:`state_dict` with the position in the epoch; after a signal
+        the run then raises :class:`~.signals.Stopped`.
+        """
         cfg, d = self.cfg, self.d
         epoch = self.epoch + 1
         start = time.perf_counter()
+        pos, self.position = self.position or {}, None
+        skipped = int(pos.get("batches", 0))
         loader = make_loader(self.data.train, batch_size=self.batch, train=True,
                              workers=self.workers, seed=self.seed, epoch=epoch, rank=d.rank,
-                             world=d.world, device=d.device)
+                             world=d.world, device=d.device, start_batch=skipped)
         self.net.train()
-        self.value_sums, self.value_count = {}, 0
-        loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
-        seen = 0
+        self.value_sums = dict(pos.get("value_sums", {}))
+        self.value_count = int(pos.get("value_count", 0))
+        loss_sum = torch.tensor(float(pos.get("loss_sum", 0.0)), dtype=torch.float64,
+                                device=d.device)
+        seen = int(pos.get("seen", 0))
+        steps_done = int(pos.get("steps", 0))
+        before = float(pos.get("train_time", 0.0))
         pending: list[tuple[torch.Tensor, torch.Tensor]] = []
-        steps_done = 0
-        for x, y in self.batches(loader):
+        taken = 0
+
+        def position() -> dict[str, Any]:
+            consumed = getattr(loader, "consumed", taken)
+            return {"batches": skipped + consumed, "steps": steps_done,
+                    "loss_sum": float(loss_sum.item()), "seen": seen,
+                    "value_sums": dict(self.value_sums), "value_count": self.value_count,
+                    "train_time": before + time.perf_counter() - start}
+
+        def between_steps(every: int) -> None:
+            by_steps, by_time = cadence.due(self.step) if cadence is not None else (False,
+                                                                                     False)
+            signum = 0
+            if stop is not None:
+                signum, by_time = stop.poll(d, by_time, every=every, i=steps_done)
+            elif d.active:
+                by_time = False  # no agreement without a flag to poll
+            if checkpoint is not None and (signum or by_steps or by_time):
+                checkpoint(self.state_dict(position()))
+                if cadence is not None:
+                    cadence.done()
+            if signum:
+                raise Stopped(signum)
+
+        for x, y in (self.batches(loader) if steps_done < self.steps_per_epoch else ()):
+            taken += 1
             pending.append((x, y))
             if len(pending) < cfg.grad_accum:
                 continue
@@ -226,17 +285,15 @@ class Trainer:
             steps_done += 1
             if on_batch is not None:
                 on_batch()
-            if stop is not None:
-                stop.check(d, every=20, i=steps_done)
+            between_steps(every=20)
             if steps_done % 50 == 0 and not d.active and not torch.isfinite(loss_sum):
                 raise FloatingPointError(f"the training loss is {loss_sum.item()} at epoch "
                                          f"{epoch}, step {self.step}; lower lr, or use amp: "
                                          f"bf16 / off")
             if steps_done >= self.steps_per_epoch:
                 break
-        if stop is not None:
-            stop.check(d)
-        train_time = time.perf_counter() - start
+        between_steps(every=1)  # a signal in the last steps: the epoch's training is kept
+        train_time = before + time.perf_counter() - start
         if d.active:
             both = torch.stack([loss_sum, torch.tensor(float(seen), dtype=torch.float64,
                                                        device=d.device)])
@@ -259,7 +316,7 @@ class Trainer:
         if self.ema is not None:
             ema = self.evaluate(self.ema.module)
             record["val_loss_ema"], record["val_acc_ema"] = ema["loss"], ema["acc"]
-        elapsed = time.perf_counter() - start
+        elapsed = before + time.perf_counter() - start
         means = {k: v / self.value_count for k, v in self.value_sums.items()} \
             if self.value_count else {}
         watch = self.watch.as_dict(reset=True) if self.watch is not None else {}
