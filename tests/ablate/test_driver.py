@@ -156,3 +156,31 @@ def test_the_local_launcher_starts_no_run_after_a_signal(tmp_path):
     with pytest.raises(Stopped):
         launcher.wait([], 0.0)
     assert not (tmp_path / "runs").exists()
+
+
+class Requeued(Job):
+    """A job whose run finished (in an earlier life of it) but which the scheduler requeued:
+    it would sit in the queue, or run for nothing, until someone cancels it."""
+
+    def poll(self) -> JobEnd | None:
+        self.run.path.mkdir(parents=True, exist_ok=True)
+        if not self.run.status == runs.FINISHED:
+            self.run.done(1, 0.0)
+        return None if self.run.id not in self.launcher.cancelled else JobEnd(ENDED)
+
+
+def test_a_job_left_behind_after_its_run_finished_is_cancelled(tmp_path, monkeypatch):
+    from plugdrop.ablate.launch import driver
+
+    monkeypatch.setattr(driver, "GRACE", 0.3)
+    out = tmp_path / "out"
+    todo = _runs(out, "a", "b")
+    launcher = Scripted({"a__s0": [FINISHED], "b__s0": [FINISHED]})
+    submit = launcher.submit
+    launcher.submit = lambda batch: [Requeued(j.run, j.end, launcher) if j.run.id == "b__s0"
+                                     else j for j in submit(batch)]
+    launcher.wait = lambda jobs, timeout: None
+    outcome = Outcome()
+    drive(launcher, _ctx(out), todo, outcome)
+    assert launcher.cancelled == ["b__s0"]  # the job that ended by itself is never touched
+    assert outcome.finished == ["a__s0", "b__s0"] and outcome.failed == []
