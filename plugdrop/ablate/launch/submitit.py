@@ -56,7 +56,10 @@ class RunJob(submitit.helpers.Checkpointable):
         sig = int(signum) if signum.isdigit() else signal.SIGTERM
         handler = signal.getsignal(sig)  # submitit's again, now that the run let go
         if sig == signal.SIGUSR2 and callable(handler):
-            handler(sig, None)  # checkpoint() below, scontrol requeue, exit
+            try:
+                handler(sig, None)  # checkpoint() below, scontrol requeue, exit
+            except Exception:  # noqa: BLE001 - e.g. Slurm requeues it already (preemption)
+                pass  # no error result: the driver must not count the job as ended
         sys.exit(-1)  # no result: requeued by Slurm, or submitted again by the driver
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:

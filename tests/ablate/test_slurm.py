@@ -1,0 +1,282 @@
+"""End to end against a real Slurm scheduler: a single-node cluster of Debian's packages on this
+machine (:mod:`_slurm`), started once for the module; every test skips where it cannot start
+(not root, Slurm not installed, the daemons not up within 30 s).
+
+What Slurm does to a job, as these tests see it: ``scontrol requeue`` sends SIGCONT and
+SIGTERM to the batch script and its steps, SIGKILL ``KillWait`` seconds later, and starts the
+job again (``SLURM_RESTART_COUNT`` 1) once the requeue delay (``cred_expire``) has passed; a
+time limit with ``--signal=B:USR2@N`` sends SIGUSR2 (with SIGCONT) to the batch script at
+slurmctld's next time-limit check, made about every 30 s, whatever N; ``--time`` is counted in
+whole minutes. Then ``plugdrop ablate --launcher submitit`` runs its jobs through the real
+``sbatch``/``srun`` and ends with the results of an unlaunched run."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _runner_helpers import SMALL, env, reference_ablation, write
+from _slurm import CRED_EXPIRE, SlurmCluster, slurm_cluster, start_cluster  # noqa: F401
+
+TIMING = {"epoch_time", "images_per_s"}
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    """results.csv without the timing columns (the only ones that may differ)."""
+    return [{k: v for k, v in r.items() if k not in TIMING}
+            for r in csv.DictReader((out / "results.csv").open())]
+
+
+def script(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "job.sh"
+    p.write_text("#!/bin/bash\nLOG=$1\nN=${SLURM_RESTART_COUNT:-0}\n" + body)
+    p.chmod(0o755)
+    return p
+
+
+def wait_for_line(path: Path, line: str, cluster: SlurmCluster, timeout: float = 60) -> None:
+    t0 = time.monotonic()
+    while line not in (path.read_text().splitlines() if path.exists() else []):
+        assert time.monotonic() - t0 < timeout, cluster.tail()
+        time.sleep(0.05)
+
+
+def test_a_batch_job_runs_and_leaves_the_queue(slurm_cluster, tmp_path):
+    c = slurm_cluster
+    out = tmp_path / "out.txt"
+    job = c.sbatch("-o", str(out), "--wrap", "echo job $SLURM_JOB_ID on $SLURMD_NODENAME")
+    c.wait_empty(60)
+    assert c.state(job) == "COMPLETED"
+    assert out.read_text() == f"job {job} on {c.node}\n"
+    assert c.queue() == []
+    # our sacct (no slurmdbd here) answers as submitit reads it
+    acct = c.run("sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", job)
+    assert acct.stdout.splitlines() == ["JobID|State|NodeList", f"{job}|COMPLETED|{c.node}"]
+
+
+def test_scontrol_requeue_terminates_the_job_and_runs_it_again(slurm_cluster, tmp_path):
+    c = slurm_cluster
+    log = tmp_path / "log"
+    job = c.sbatch("-o", str(tmp_path / "out"), str(script(tmp_path, """\
+for s in CONT TERM USR2; do trap "echo $s $N >> $LOG; [ $s = TERM ] && exit 0" $s; done
+echo start $N >> $LOG
+if [ $N = 0 ]; then while true; do sleep 0.1 & wait $!; done; fi
+echo end $N >> $LOG
+""")), str(log))
+    wait_for_line(log, "start 0", c)
+    t0 = time.monotonic()
+    assert c.run("scontrol", "requeue", job).returncode == 0
+    c.wait_state(job, "COMPLETED", timeout=60 + CRED_EXPIRE)
+    again = time.monotonic() - t0
+    lines = log.read_text().splitlines()
+    assert lines[0] == "start 0" and lines[-2:] == ["start 1", "end 1"], lines
+    assert sorted(lines[1:-2]) == ["CONT 0", "TERM 0"], lines  # SIGKILL: KillWait s later
+    assert c.job(job)["Restarts"] == "1"
+    # Slurm holds a requeued job back until its credential expires (cred_expire)
+    assert CRED_EXPIRE <= again < CRED_EXPIRE + 30, again
+    c.wait_empty(30)
+
+
+def test_a_time_limit_signal_reaches_the_batch_script_before_the_limit(slurm_cluster, tmp_path):
+    c = slurm_cluster
+    # a limit is whole minutes: 30 s becomes 1 min
+    held = c.sbatch("--hold", "--time=0:30", "--wrap", "true")
+    assert c.job(held)["TimeLimit"] == "00:01:00"
+    c.run("scancel", held)
+    log = tmp_path / "log"
+    job = c.sbatch("--time=1", "--signal=B:USR2@60", "-o", str(tmp_path / "out"),
+                   str(script(tmp_path, """\
+trap 'echo "$EPOCHREALTIME USR2" >> $LOG; exit 0' USR2
+echo "$EPOCHREALTIME start" >> $LOG
+while true; do sleep 0.1 & wait $!; done
+""")), str(log))
+    c.wait_state(job, "COMPLETED", "TIMEOUT", "FAILED", timeout=120)
+    lines = [x.split() for x in log.read_text().splitlines()]
+    assert [x[1] for x in lines] == ["start", "USR2"]
+    delay = float(lines[1][0]) - float(lines[0][0])
+    print(f"SIGUSR2 {delay:.1f} s after the job started (time limit 60 s)")
+    assert 0 < delay < 55  # slurmctld checks the limits every ~30 s
+    assert c.state(job) == "COMPLETED"
+    c.wait_empty(30)
+
+
+def test_the_ablation_runner_through_submitit_on_slurm(slurm_cluster, tmp_path):
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    c = slurm_cluster
+    out = tmp_path / "out"
+    run_env = dict(c.env, **{k: v for k, v in env().items()
+                             if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "plugdrop", "ablate", str(write(tmp_path, SMALL)), "--out",
+         str(out), "--launcher", "submitit", "--slurm-cluster", "slurm", "--slurm-partition",
+         c.partition, "--timeout-min", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env)
+    try:
+        (tmp_path / "ref").mkdir()
+        ref = reference_ablation(tmp_path / "ref", SMALL)  # meanwhile, in this process
+        printed, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, err[-3000:] + c.tail()
+    assert "2 runs to train through submitit" in printed
+    assert rows(out) == rows(ref)
+    # the runs were a Slurm array job of two tasks, run by srun on this node
+    sub = out / ".submitit"
+    (script_file,) = sub.glob("*/*_submission.sh")
+    text = script_file.read_text()
+    assert "#SBATCH --array=0-1%2" in text and f"#SBATCH --partition={c.partition}" in text
+    assert "#SBATCH --time=10" in text and "srun " in text
+    array = script_file.parent.name
+    tasks = sorted(p.name for p in sub.iterdir() if p.is_dir() and p.name != array)
+    assert tasks == [f"{array}_0", f"{array}_1"]
+    for task in ("0", "1"):
+        log = "".join(p.read_text() for p in (sub / f"{array}_{task}").glob("*_log.*"))
+        assert f"job_id={array}_{task}, hostname=" in log and "Job completed successfully" in log
+    c.wait_empty(60)
+    # what submitit's watcher reads from our sacct, for an array job
+    acct = c.run("sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", array)
+    assert sorted(acct.stdout.splitlines()[1:]) == [f"{array}_{t}|COMPLETED|{c.node}" for t in "01"]
+
+
+# --------------------------------------------------------------------------- preemption
+
+#: one run of 22 optimizer steps an epoch, a checkpoint every 5 steps
+LONG = """\
+model: tinynet:make
+data: digits
+image_size: 8
+epochs: {epochs}
+batch_size: 64
+seeds: [0]
+device: cpu
+gradcam: false
+checkpoint_every: 5steps
+variants:
+  baseline: []
+"""
+
+
+def _attempts(out: Path) -> list[dict]:
+    import json
+
+    path = out / "runs" / "baseline__s0" / "attempts.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _mid_epoch_checkpoint(out: Path, driver: subprocess.Popen, c: SlurmCluster,
+                          timeout: float = 120) -> int:
+    """Wait for a checkpoint taken in the middle of an epoch; returns its step."""
+    import torch
+
+    path = out / "runs" / "baseline__s0" / "checkpoint.pt"
+    t0 = time.monotonic()
+    while True:
+        assert driver.poll() is None, driver.communicate()[1][-3000:] + c.tail()
+        assert time.monotonic() - t0 < timeout, c.tail()
+        try:
+            state = torch.load(path, weights_only=True)
+            if state["position"] is not None:
+                return int(state["step"])
+        except Exception:  # noqa: BLE001 - not there yet, or being replaced
+            pass
+        time.sleep(0.05)
+
+
+def _drive(c: SlurmCluster, tmp_path: Path, epochs: int, *extra: str) -> tuple[subprocess.Popen,
+                                                                               Path, Path]:
+    cfg = write(tmp_path, LONG.format(epochs=epochs))
+    out = tmp_path / "out"
+    run_env = dict(c.env, **{k: v for k, v in env().items()
+                             if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "plugdrop", "ablate", str(cfg), "--out", str(out), "--launcher",
+         "submitit", "--slurm-cluster", "slurm", "--slurm-partition", c.partition, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env)
+    return driver, out, cfg
+
+
+def _job_id(out: Path) -> str:
+    (folder,) = [p for p in (out / ".submitit").iterdir() if p.is_dir()]
+    return folder.name
+
+
+@pytest.mark.parametrize("how", ["requeue", "kill"])
+def test_a_job_stopped_in_the_middle_of_an_epoch_resumes_at_its_step(slurm_cluster, tmp_path,
+                                                                      how):
+    """``scontrol requeue`` (what a preemption does), or ``scancel --signal=KILL`` (Slurm sends
+    SIGTERM first, then SIGKILL after KillWait): the run checkpoints at its next step; the job
+    is requeued by Slurm, or, cancelled, submitted again by the driver; the new attempt resumes
+    at that step and the run ends with the metrics of an uninterrupted one; nothing is left in
+    the queue."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    c = slurm_cluster
+    driver, out, cfg = _drive(c, tmp_path, 12, "--timeout-min", "30")
+    try:
+        seen = _mid_epoch_checkpoint(out, driver, c)
+        job = _job_id(out)
+        if how == "requeue":
+            assert c.run("scontrol", "requeue", job).returncode == 0, c.tail()
+        else:
+            assert c.run("scancel", "--signal=KILL", job).returncode == 0, c.tail()
+        (tmp_path / "ref").mkdir()
+        ref = reference_ablation(tmp_path / "ref", LONG.format(epochs=12))  # meanwhile
+        _, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, err[-3000:] + c.tail()
+    first, second = _attempts(out)[:2]
+    assert first["start_step"] == 0 and second["start_step"] >= seen > 0, _attempts(out)
+    if how == "kill":
+        assert "ended before the run did; submitting it again (1/3)" in err
+    assert rows(out) == rows(ref)
+    assert c.queue() == []  # the driver left no job behind
+
+
+def test_a_time_limit_signal_checkpoints_and_submitit_requeues_the_job(slurm_cluster,
+                                                                       tmp_path):
+    """``--timeout-min 1`` with ``--signal-lead 50``: SIGUSR2 comes at slurmctld's next limit
+    check (~30 s); the run checkpoints at its next step, submitit's handler requeues the job,
+    and the requeued job's attempt starts at that step."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    c = slurm_cluster
+    driver, out, _ = _drive(c, tmp_path, 100000, "--timeout-min", "1", "--signal-lead", "50")
+    try:
+        t0 = time.monotonic()
+        while len(_attempts(out)) < 2:
+            assert driver.poll() is None, driver.communicate()[1][-3000:] + c.tail()
+            assert time.monotonic() - t0 < 150, c.tail()
+            time.sleep(0.2)
+        first, second = _attempts(out)[:2]
+        assert first["start_step"] == 0 and second["start_step"] > 0
+        log = "".join(p.read_text() for p in (out / ".submitit").glob("*/*_log.out"))
+        assert "Caught signal SIGUSR2" in log and "Requeued job" in log, log[-3000:]
+    finally:
+        driver.send_signal(signal.SIGINT)
+        try:
+            driver.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+        c.cancel_all()
+    c.wait_empty(60)
+
+
+def test_a_second_cluster_starts_beside_and_leaves_no_process(slurm_cluster, tmp_path):
+    with start_cluster() as other:
+        assert other.conf != slurm_cluster.conf
+        out = tmp_path / "out.txt"
+        other.sbatch("-o", str(out), "--wrap", "echo other")
+        other.wait_empty(60)
+        assert out.read_text() == "other\n"
+        pids = dict(other.pids)
+        root = other.root
+    for name, pid in pids.items():
+        assert not Path(f"/proc/{pid}").exists(), f"{name} ({pid}) still runs"
+    assert not root.exists()
+    assert slurm_cluster.run("sinfo", "-h", "-p", "main", "-o", "%t").stdout.split() == ["idle"]
