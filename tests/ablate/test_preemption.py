@@ -130,6 +130,9 @@ def test_a_steps_interval_checkpoints_in_the_middle_of_epochs(ref, tmp_path, mon
     assert ablate(write(tmp_path, CFG.format(every="5steps")), tmp_path / "out") == 0
     assert seen == [(5, True), (10, True), (15, True), (20, True), (22, False), (25, True),
                     (30, True), (35, True), (40, True), (44, False)]
+    seen.clear()  # 11 divides an epoch's 22 steps: its end is checkpointed once, not twice
+    assert ablate(write(tmp_path, CFG.format(every="11steps")), tmp_path / "o2") == 0
+    assert seen == [(11, True), (22, False), (33, True), (44, False)]
     assert rows(tmp_path / "out") == rows(ref)
 
 

@@ -261,8 +261,9 @@ class Trainer:
                     "train_time": before + time.perf_counter() - start}
 
         def between_steps(every: int) -> None:
-            by_steps, by_time = cadence.due(self.step) if cadence is not None else (False,
-                                                                                     False)
+            by_steps, by_time = False, False  # an epoch's end checkpoints anyway
+            if cadence is not None and steps_done < self.steps_per_epoch:
+                by_steps, by_time = cadence.due(self.step)
             signum = 0
             if stop is not None:
                 signum, by_time = stop.poll(d, by_time, every=every, i=steps_done)
