@@ -280,3 +280,31 @@ def test_a_second_cluster_starts_beside_and_leaves_no_process(slurm_cluster, tmp
         assert not Path(f"/proc/{pid}").exists(), f"{name} ({pid}) still runs"
     assert not root.exists()
     assert slurm_cluster.run("sinfo", "-h", "-p", "main", "-o", "%t").stdout.split() == ["idle"]
+
+
+def test_a_submission_sbatch_refuses_is_one_line(tmp_path):
+    """Without the fixture (any machine): an ``sbatch`` that refuses (here a stand-in that
+    says what a real one says for a bad partition) makes one line with sbatch's reason and
+    what to check, exit status 2, no traceback and none of submitit's own printing."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    fake = bin_ / "sbatch"
+    fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid "
+                    "partition name specified' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    run_env = dict(env(), PATH=f"{bin_}:{env()['PATH']}")
+    done = subprocess.run(
+        [sys.executable, "-m", "plugdrop", "ablate", str(write(tmp_path, SMALL)), "--out",
+         str(tmp_path / "out"), "--launcher", "submitit", "--slurm-cluster", "slurm",
+         "--slurm-partition", "nosuch"], capture_output=True, text=True, env=run_env,
+        timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    ours = [x for x in done.stderr.splitlines() if x.startswith("plugdrop ablate: --launcher")]
+    assert ours == ["plugdrop ablate: --launcher submitit: sbatch could not submit the jobs "
+                    "(sbatch: error: Batch job submission failed: Invalid partition name "
+                    "specified); check that Slurm answers here (sinfo; SLURM_CONF), choose a "
+                    "partition with --slurm-partition, or train on this machine with "
+                    "--slurm-cluster local"], done.stderr
+    assert done.stderr.count("Invalid partition name") == 1  # submitit's print is not shown

@@ -13,8 +13,11 @@ Job logs: ``OUT/.submitit/<job id>/``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ from typing import Any
 
 import submitit
 
+from ..errors import ConfigError
 from ..runs import RunDir, ensure_dir, no_link, storage_error
 from .monitor import Monitor
 from .options import LaunchOptions
@@ -89,6 +93,19 @@ class _SlurmJob:
         self.job.cancel(check=False)
 
 
+def _submit_error(cluster: str, e: BaseException) -> str:
+    """One line for a submission that failed: sbatch's own error (its last line says most),
+    and what to check."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    said = next((x for x in reversed(lines) if "sbatch:" in x), lines[-1] if lines else
+                type(e).__name__)
+    if cluster != "slurm":
+        return f"--launcher submitit: could not start a job ({said})"
+    return (f"--launcher submitit: sbatch could not submit the jobs ({said}); check that "
+            f"Slurm answers here (sinfo; SLURM_CONF), choose a partition with "
+            f"--slurm-partition, or train on this machine with --slurm-cluster local")
+
+
 class SubmititLauncher:
     """Submits the runs through ``submitit.AutoExecutor`` and watches their folders."""
 
@@ -140,11 +157,16 @@ class SubmititLauncher:
         o = self.options
         args = [(str(self.out.resolve()), rd.id, o.nproc_per_run, o.cpus_per_run,
                  self.config_hash) for rd in runs]
-        if len(runs) > 1 and self.ex.cluster == "slurm":
-            with self.ex.batch():
-                jobs = [self.ex.submit(RunJob(), *a) for a in args]
-        else:
-            jobs = [self.ex.submit(RunJob(), *a) for a in args]
+        try:  # submitit prints a failed sbatch's stderr itself: our one line says it
+            with contextlib.redirect_stderr(io.StringIO()):
+                if len(runs) > 1 and self.ex.cluster == "slurm":
+                    with self.ex.batch():
+                        jobs = [self.ex.submit(RunJob(), *a) for a in args]
+                else:
+                    jobs = [self.ex.submit(RunJob(), *a) for a in args]
+        except (submitit.core.utils.FailedJobError, OSError,
+                subprocess.SubprocessError) as e:
+            raise ConfigError(_submit_error(self.ex.cluster, e)) from None
         return [_SlurmJob(rd, job, self.out) for rd, job in zip(runs, jobs)]
 
     def wait(self, jobs: list[Job], timeout: float) -> None:
