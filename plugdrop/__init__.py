@@ -6,6 +6,9 @@
     >>> h.bind(optimizer)   # the schedule advances on every optimizer step
     >>> h.remove()          # the model is exactly as it was
 
+Attachments written as data (the entries of a ``plugdrop ablate`` variant, a YAML file or text)
+attach as one group with :func:`attach_all`.
+
 The public API is what ``__all__`` lists; modules whose names start with ``_`` are private.
 """
 
@@ -26,7 +29,8 @@ from ._attach import (
     select,
     summary,
 )
-from .errors import AttachError, PlugdropError, SelectorError, SettingError, ShapeError
+from .errors import (AttachError, PlugdropError, SelectorError, SettingError, ShapeError,
+                     SpecError)
 from .observe import (
     LayerRow,
     LayerTable,
@@ -40,12 +44,18 @@ from .observe import (
     watch,
 )
 from .schedules import LayerValue, Schedule, by_depth, cosine, linear, piecewise, warmup
+from . import spec
+from .spec import AttachmentGroup, AttachmentSpec, attach_all, parse_spec
 from .transforms import *  # noqa: F403  (every transform: a new one is exported here at once)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "attach",
+    "attach_all",
+    "parse_spec",
+    "AttachmentGroup",
+    "AttachmentSpec",
     "detach",
     "handles",
     "is_attached",
@@ -70,6 +80,7 @@ __all__ = [
     "functional",
     "observe",
     "schedules",
+    "spec",
     "transforms",
     "__version__",
 ]

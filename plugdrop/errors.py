@@ -7,7 +7,8 @@ layer, the shape or the setting, and say how to fix it.
 
 from __future__ import annotations
 
-__all__ = ["PlugdropError", "SettingError", "ShapeError", "SelectorError", "AttachError"]
+__all__ = ["PlugdropError", "SettingError", "ShapeError", "SelectorError", "AttachError",
+           "SpecError"]
 
 
 class PlugdropError(ValueError):
@@ -31,6 +32,13 @@ class SelectorError(PlugdropError):
 class AttachError(PlugdropError):
     """:func:`plugdrop.attach` got arguments that cannot work together (``where``, ``element``,
     a transform already attached, ``where="params"`` on a module without parameters)."""
+
+
+class SpecError(PlugdropError):
+    """An attachment spec (:func:`plugdrop.attach_all`: a list of mappings, a YAML file or
+    string) is malformed: not YAML, an unknown transform, schedule or setting, a bad value. The
+    message starts with the place: ``file:line:column`` for YAML, ``spec[i].key`` for Python
+    data."""
 
 
 class NotResidualWarning(UserWarning):

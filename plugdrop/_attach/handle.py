@@ -90,8 +90,13 @@ class Handle:
         """Step the schedules after every ``optimizer.step()``; returns ``self``.
 
         Binding again replaces the previous binding; :meth:`remove` unbinds. A step that
-        a ``GradScaler`` skips (inf/NaN gradients) does not count.
+        a ``GradScaler`` skips (inf/NaN gradients) does not count. A wrapper that holds the
+        torch optimizer as ``.optimizer`` (Accelerate's ``AcceleratedOptimizer``, Lightning's
+        ``LightningOptimizer``) is bound through to it, so the micro-batches of gradient
+        accumulation, whose ``step()`` the wrapper skips, do not count either.
         """
+        while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
+            optimizer = optimizer.optimizer  # type: ignore[attr-defined]
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(
                 f"bind() takes a torch.optim.Optimizer, got {type(optimizer).__name__}")

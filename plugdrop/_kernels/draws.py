@@ -28,6 +28,8 @@ def sparse_seeds(total: int, gamma: float) -> torch.Tensor:
     O(``gamma * total``) random numbers instead of one per position. CPU only (the final cut
     reads a value on the host).
     """
+    if gamma <= 0.0:  # a rate so small it underflowed: no success
+        return torch.empty(0, dtype=torch.int64)
     log_q = math.log1p(-gamma)
     wide = 17.0 / gamma > 2**23  # the largest gap float32 uniforms can give
     parts = []
@@ -36,7 +38,8 @@ def sparse_seeds(total: int, gamma: float) -> torch.Tensor:
         expected = (total - 1 - last) * gamma
         k = int(expected + 6.0 * math.sqrt(expected) + 16)
         u = torch.rand(k, dtype=torch.float64 if wide else torch.float32)
-        gaps = torch.log1p(u.neg_()).div_(log_q).floor_().add_(1.0)
+        # a gap past the end ends the draw whatever its size: capped, it fits an int64
+        gaps = torch.log1p(u.neg_()).div_(log_q).floor_().add_(1.0).clamp_(max=total + 1.0)
         pos = gaps.to(torch.int64).cumsum_(0).add_(last)
         end = int(pos[-1])
         if end >= total:

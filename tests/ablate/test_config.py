@@ -24,7 +24,7 @@ def test_defaults_and_schedules(tmp_path):
     assert (cfg.lr_schedule, cfg.amp, cfg.grad_accum, cfg.ema) == ("cosine", "off", 1, None)
     assert cfg.baseline == "baseline" and cfg.variant_names == ["baseline", "dropblock", "ramp"]
     ramp = cfg.variant("ramp").attachments
-    assert repr(ramp[0].build(total_steps=40)) == \
+    assert repr(ramp[0].build(steps=40)) == \
         "DropBlock(p=linear(0, 0.2, steps=40), block_size=2)"
     assert ramp[2].where == "params"
     with pytest.raises(Exception):
@@ -49,7 +49,7 @@ def test_depth_scaled_settings_times_a_ramp(tmp_path):
     cfg = load(tmp_path, text)
     (att,) = cfg.variant("depth").attachments
     model = __import__("tinynet").make()
-    h = att.attach(model.train(), total_steps=10)
+    h = att.attach(model.train(), steps=10)
     def values():
         return [r.values["p"] for r in pd.summary(model) if r.kind == "transform"]
 

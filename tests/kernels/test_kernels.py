@@ -47,6 +47,15 @@ def test_sparse_seeds_are_a_bernoulli_process():
     assert s.dtype == torch.int64 and (s[1:] > s[:-1]).all() and s.min() >= 0 and s.max() < n
 
 
+@pytest.mark.parametrize("g", [0.0, 5e-324, 1e-205, 1e-30])
+def test_sparse_seeds_of_a_vanishing_rate_are_none(g):
+    # A rate that underflows to zero, or whose gaps pass int64: no seed, no error, no hang
+    # (hypothesis found DropBlock with p = 1.4e-205 on bfloat16 dividing by zero).
+    assert draws.sparse_seeds(1_000_000, g).tolist() == []
+    x = torch.rand(2, 3, 8, 9, 10).add(0.5).to(torch.bfloat16)
+    assert torch.equal(pd.functional.drop_block(x, g, 1, layout="channels_first"), x)
+
+
 @pytest.mark.parametrize("g", [0.002, 0.02, 0.3])
 def test_kernel_generator_is_a_bernoulli_process(g):
     # The fused kernel's counter-based generator (its torch-op reference definition; the

@@ -1,138 +1,48 @@
-"""YAML that remembers where each value came from, so that every error names its place.
+"""YAML that remembers where each value came from: the library's reader
+(:mod:`plugdrop.spec`), with the runner's own error type.
 
 A value of the YAML file carries ``file:line:column``; a value given on the command line carries
-its option (``--set KEY``, ``--epochs``). Mappings and lists read here are :class:`LocDict` and
-:class:`LocList`; plain values keep their Python types.
+its option (``--set KEY``, ``--epochs``). Every function here raises :class:`ConfigError`, also
+for what the library's reader rejects (:func:`config_errors` converts at the boundary).
 """
 
 from __future__ import annotations
 
-import difflib
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
-import yaml
+import plugdrop as pd
 
 from ..errors import ConfigError
 
-__all__ = ["Loc", "LocDict", "LocList", "fail", "loc_of", "plain", "suggest", "yaml_text"]
+__all__ = ["Loc", "LocDict", "LocList", "config_errors", "fail", "loc_of", "plain", "suggest",
+           "yaml_text"]
+
+Loc = pd.spec.Loc
+LocDict = pd.spec.LocDict
+LocList = pd.spec.LocList
+loc_of = pd.spec.loc_of
+plain = pd.spec.plain
+suggest = pd.spec.suggest
 
 
-@dataclass(frozen=True)
-class Loc:
-    """Where a value came from: ``file:line:column`` or a command-line option."""
-
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def fail(loc: Loc | str | None, msg: str) -> ConfigError:
+def fail(loc: Any, msg: str) -> ConfigError:
     """The error ``msg`` prefixed with its place (nothing to prefix: ``msg`` alone)."""
     return ConfigError(f"{loc}: {msg}" if loc else msg)
 
 
-class LocDict(dict):
-    """A mapping that remembers where it and each of its keys came from."""
-
-    def __init__(self, data: Mapping[Any, Any], loc: Loc, keys: Mapping[Any, Loc]):
-        super().__init__(data)
-        self.loc = loc
-        self.keys_loc = dict(keys)
-
-    def at(self, key: Any) -> Loc:
-        """Where ``key`` was given (the mapping's own place when unknown)."""
-        return self.keys_loc.get(key, self.loc)
-
-
-class LocList(list):
-    """A list that remembers where it came from."""
-
-    def __init__(self, data: Sequence[Any], loc: Loc):
-        super().__init__(data)
-        self.loc = loc
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading ``1e-3`` and ``5e-4`` as floats (YAML 1.2 does; PyYAML's
-    1.1 resolver wants a dot)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
-
-
-def _where(node: yaml.Node, file: str, label: str | None) -> Loc:
-    if label is not None:
-        return Loc(label)
-    return Loc(f"{file}:{node.start_mark.line + 1}:{node.start_mark.column + 1}")
-
-
-def _to_python(node: yaml.Node, file: str, label: str | None = None) -> Any:
-    """A composed YAML node -> Python values that remember their locations; duplicate keys
-    are errors."""
-    loc = _where(node, file, label)
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        keys: dict[Any, Loc] = {}
-        for k, v in node.value:
-            key = _to_python(k, file, label)
-            kloc = _where(k, file, label)
-            if isinstance(key, (dict, list)):
-                raise fail(kloc, "a key must be a plain value")
-            if key in out:
-                raise fail(kloc, f"duplicate key {key!r} (first at {keys[key]}); keep one")
-            out[key] = _to_python(v, file, label)
-            keys[key] = kloc
-        return LocDict(out, loc, keys)
-    if isinstance(node, yaml.SequenceNode):
-        return LocList([_to_python(v, file, label) for v in node.value], loc)
-    return _Loader("").construct_object(node, deep=True)
-
-
-def loc_of(value: Any, default: Loc | None) -> Loc | None:
-    """Where ``value`` came from, if it knows, else ``default``."""
-    return getattr(value, "loc", None) or default
-
-
-def plain(value: Any) -> Any:
-    """``value`` with plain dicts and lists instead of :class:`LocDict` / :class:`LocList`."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
-
-
-def suggest(name: Any, options: Iterable[Any]) -> str:
-    """`` (did you mean 'x'?)`` for the option closest to ``name``, or ``""``."""
-    close = difflib.get_close_matches(str(name), [str(o) for o in options], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+@contextlib.contextmanager
+def config_errors() -> Iterator[None]:
+    """Turn the library's :class:`plugdrop.SpecError` (same message, same place) into the
+    runner's :class:`ConfigError` inside the block."""
+    try:
+        yield
+    except pd.SpecError as e:
+        raise ConfigError(str(e)) from None
 
 
 def yaml_text(text: str, file: str, label: str | None = None) -> Any:
-    """Read YAML ``text`` (from ``file``; or the value of command-line option ``label``) into
-    values that remember their locations; ``None`` for an empty text.
-
-    Raises:
-        ConfigError: the text is not valid YAML (naming the line and column), or a mapping
-            repeats a key.
-    """
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        if label is not None:
-            raise ConfigError(f"{label}: {text!r} is not valid YAML ({problem}); quote it or "
-                              f"fix the brackets") from None
-        where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
-        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
-    if node is None:
-        return None
-    return _to_python(node, file, label)
+    """:func:`plugdrop.spec.read_yaml`, raising :class:`ConfigError`."""
+    with config_errors():
+        return pd.spec.read_yaml(text, file, label)

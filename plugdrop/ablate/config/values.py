@@ -1,81 +1,12 @@
-"""The values of an attachment's settings: numbers, or schedules by name.
-
-Transforms and schedules are looked up in the library itself (:func:`plugdrop.transforms.catalog`
-and the factories of :mod:`plugdrop.schedules`), so a new transform or schedule is usable in a
-config at once.
-"""
+"""The values of an attachment's settings, numbers or schedules by name: the library's
+(:mod:`plugdrop.spec`), so that a config and :func:`plugdrop.attach_all` read them alike."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
-
 import plugdrop as pd
 
-from .locations import Loc, LocDict, fail, plain, suggest
+__all__ = ["build_value", "schedule_names", "transform_names"]
 
-__all__ = ["build_value", "check_schedule", "schedule_names", "transform_names"]
-
-
-def transform_names() -> dict[str, type]:
-    """Every transform class the library exports, by name."""
-    return dict(pd.transforms.catalog())
-
-
-def schedule_names() -> dict[str, Callable[..., Any]]:
-    """Every schedule factory the library exports (``linear``, ``cosine``, ...), by name."""
-    return {name: obj for name, obj in inspect.getmembers(pd.schedules, inspect.isfunction)
-            if name in pd.__all__ and getattr(pd, name) is obj}
-
-
-def build_value(value: Any, total_steps: int) -> Any:
-    """A config value -> a number, or a plugdrop schedule (``steps`` default to the run).
-
-    ``times:`` multiplies by another value or schedule, e.g. a per-layer rate that also ramps
-    with the step: ``{schedule: by_depth, start: 0, end: 0.1, times: {schedule: linear,
-    start: 0, end: 1}}`` is ``pd.by_depth(0, 0.1) * pd.linear(0, 1, steps=<the run>)``.
-    """
-    if not isinstance(value, Mapping) or "schedule" not in value:
-        return value
-    spec = dict(value)
-    if "times" in spec:
-        times = build_value(spec.pop("times"), total_steps)
-        return build_value(spec, total_steps) * times
-    kind = spec.pop("schedule")
-    factory = schedule_names()[kind]
-    params = inspect.signature(factory).parameters
-    if "value" in spec and "value" not in params and "schedule" in params:
-        spec["schedule"] = spec.pop("value")  # {schedule: warmup, value: ..., steps: ...}
-    if "steps" in params and "steps" not in spec:
-        spec["steps"] = total_steps
-    spec = {k: build_value(v, total_steps) for k, v in spec.items()}
-    if kind == "piecewise" and isinstance(spec.get("points"), Mapping):
-        spec["points"] = {int(k) if isinstance(k, str) and k.isdigit() else k: v
-                          for k, v in spec["points"].items()}
-    return factory(**spec)
-
-
-def check_schedule(value: Any, loc: Loc | None) -> None:
-    """Raise a located ConfigError for an unknown schedule, a setting it does not take, or
-    values it rejects; a value that is no schedule passes."""
-    if isinstance(value, Mapping) and "schedule" in value:
-        kind = value["schedule"]
-        known = schedule_names()
-        if kind not in known:
-            raise fail(loc, f"unknown schedule {kind!r}{suggest(kind, known)}; use one of "
-                            f"{', '.join(known)}")
-        params = [p for p in inspect.signature(known[kind]).parameters]
-        for k in value:
-            if k not in ("schedule", "times") and k not in params and not (
-                    k == "value" and "schedule" in params):
-                raise fail(value.at(k) if isinstance(value, LocDict) else loc,
-                           f"the {kind} schedule has no setting {k!r}{suggest(k, params)}; "
-                           f"it takes {', '.join(params)}")
-        for k, v in value.items():
-            if k != "schedule":
-                check_schedule(v, value.at(k) if isinstance(value, LocDict) else loc)
-        try:
-            build_value(plain(value), 1000)
-        except (TypeError, ValueError, KeyError) as e:
-            raise fail(loc, f"bad {kind} schedule {plain(value)}: {e}") from None
+build_value = pd.spec.build_value
+schedule_names = pd.spec.schedule_names
+transform_names = pd.spec.transform_names

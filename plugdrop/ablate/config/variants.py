@@ -11,9 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import plugdrop as pd
-
-from .attachments import Attachment, parse_attachment
+from .attachments import Attachment, check_together, parse_attachment
 from .locations import Loc, LocDict, fail, loc_of, plain
 
 __all__ = ["VARIANT_NAME", "Variant", "parse_variants"]
@@ -82,28 +80,6 @@ def _expand(name: str, specs: list[Any]) -> list[tuple[str, list[Any], dict[str,
     return out
 
 
-def _check_together(name: str, atts: tuple[Attachment, ...]) -> None:
-    """What only a whole variant shows. Coordinated transforms (any
-    :class:`plugdrop.CoordinatedTransform`) are told apart by protocol, not by name: two
-    different ones compose (the training step mixes the targets as each of them mixed), two
-    of the same class would only split one transform's layers in two."""
-    coordinated = [a for a in atts if a.coordinated]
-    for a in coordinated:
-        same = [b for b in coordinated if b.transform == a.transform]
-        if len(same) > 1:
-            raise fail(same[1].loc, f"variant {name!r} has {len(same)} {a.transform} "
-                                    f"attachments; use one with a list of layers")
-    for a in coordinated:
-        if a.where != "output":
-            raise fail(a.loc, f"{a.transform} mixes module outputs; remove 'where: {a.where}' "
-                              f"(attach it to \"\" to mix the input)")
-    for a in atts:
-        if a.where == "params" and a.kind != "gradient":
-            raise fail(a.loc, f"where: params takes a gradient transform "
-                              f"({', '.join(pd.transforms.catalog('gradient'))}); "
-                              f"{a.transform} acts on activations: remove 'where'")
-
-
 def parse_variants(raw: Any, loc: Loc) -> tuple[Variant, ...]:
     """The ``variants:`` mapping (given at ``loc``) -> variants, grids expanded, in the file's
     order.
@@ -129,7 +105,7 @@ def parse_variants(raw: Any, loc: Loc) -> tuple[Variant, ...]:
             raise fail(vloc, f"variant {name!r} must be a list of attachments ([] for none)")
         for vname, vspecs, point in _expand(name, specs):
             atts = tuple(parse_attachment(s, loc_of(s, vloc), name) for s in vspecs)
-            _check_together(name, atts)
+            check_together(name, atts)
             if vname in [v.name for v in variants]:
                 raise fail(vloc, f"two variants are named {vname!r}; rename one")
             variants.append(Variant(vname, atts, str(vloc), point))
