@@ -61,7 +61,6 @@ __all__ = [
     "is_attached",
     "mixed_loss",
     "residual_branches",
-    "NotResidualWarning",
     "select",
     "summary",
     "Handle",

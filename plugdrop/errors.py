@@ -8,7 +8,7 @@ layer, the shape or the setting, and say how to fix it.
 from __future__ import annotations
 
 __all__ = ["PlugdropError", "SettingError", "ShapeError", "SelectorError", "AttachError",
-           "SpecError"]
+           "SpecError", "NotResidualWarning"]
 
 
 class PlugdropError(ValueError):

@@ -55,7 +55,7 @@ RUNNER_WRITES = {
     "ablate/runs/files.py": "the one writer",
     "ablate/runs/locks.py": "flock needs an open file; failures become StorageError",
     "ablate/launch/processes.py": "a job's log: the child process streams into it",
-    "ablate/config/reference.py": "./dev docs rewrites README.md (a developer tool)",
+    "ablate/config/reference.py": "./dev docs rewrites docs/reference/settings.md (a developer tool)",
 }
 
 

@@ -171,7 +171,7 @@ class Handle:
     def __repr__(self) -> str:
         layers = ", ".join(self.layers[:4]) + (", ..." if len(self.layers) > 4 else "")
         calls = sum(self.calls.values())
-        return (f"Handle({self.transform!r}, where={self.where!r}, "
+        return (f"{type(self).__name__}({self.transform!r}, where={self.where!r}, "
                 f"{len(self.layers)} layer(s): [{layers}], step={self.step_count}, "
                 f"calls={calls})")
 

@@ -7,7 +7,8 @@ checkpointing replays it); :func:`hashed_seeds` is the same generator in torch o
 Built at first use with the system C compiler (``cc``; a fraction of a second, no PyTorch
 headers) into a per-user cache, and loaded with ctypes. Where no compiler is found, the build
 fails, or ``PLUGDROP_NO_CEXT=1`` is set, :func:`blockdrop` returns ``None`` and plugdrop uses
-the torch-op path, which computes the same result from the same seeds.
+the torch-op path: the same distribution of masks, drawn differently (other masks for the same
+seed).
 """
 
 from __future__ import annotations

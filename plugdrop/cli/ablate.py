@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="override any setting, nested ones too: --set image_size=24, "
                         "--set variants.dropblock.0.p=0.2 (repeatable)")
-    g = p.add_argument_group("scaling out (README: Scaling out)")
+    g = p.add_argument_group("scaling out (docs: guide/scaling)")
     g.add_argument("--launcher", default="local", metavar="{" + ",".join(LAUNCHERS) + "}",
                    help="where the runs train: " + "; ".join(
                        f"{e.name}: {e.help}" + (f" (pip install 'plugdrop[{e.extra}]')"
@@ -61,7 +61,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _plain(text: str) -> str:
-    """Help text without its Markdown marks (the reference in the README keeps them)."""
+    """Help text without its Markdown marks (the settings page of the docs keeps them)."""
     return text.replace("`", "").replace("**", "")
 
 

@@ -1,7 +1,7 @@
 """A Hugging Face ``Trainer`` callback that retrofits regularization onto the model.
 
     >>> from plugdrop.integrations.transformers import Regularize
-    >>> spec = [{"layers": "residual:vit.encoder.layer.*.**", "transform": "DropPath",
+    >>> spec = [{"layers": "residual:", "transform": "DropPath",
     ...          "p": {"schedule": "by_depth", "start": 0.0, "end": 0.1}}]
     >>> trainer = Trainer(model, args, train_dataset=ds, callbacks=[Regularize(spec)])
     >>> trainer.train()                                  # the ramp spans max_steps
@@ -45,14 +45,11 @@ class Regularize(TrainerCallback, ExportableState):
             (``plugdrop/DropPath@.../p``) at every logging step.
         watch: a selector whose layers :func:`plugdrop.watch` observes; their statistics are
             logged with the values.
-        example_input: an input batch (a tuple: positional inputs, a dict: keyword inputs) to
-            find the residual branches that ``"residual:..."`` selectors name, moved to the
-            model's device (see :func:`plugdrop.residual_branches`; default: ``torch.fx``).
         example_input: an input batch (a dict: keyword inputs, as the model takes them) to
             find the residual branches that ``"residual:..."`` selectors name (see
             :func:`plugdrop.residual_branches`). Default: the first example of the training
             set, collated by the trainer's own collator (read without touching the sampler or
-            any random state).
+            any random state), moved to the model's device.
         remove_at_end: take everything off the model when training ends (default ``False``).
 
     The position of the schedules is the trainer's own ``global_step``, which

@@ -64,8 +64,9 @@ def layers(model: nn.Module, *inputs: Any, selector: Selector | None = None,
 
     Args:
         model: any ``nn.Module``; wrapper segments (DDP, ``torch.compile``) are hidden.
-        *inputs, **kwargs: the example input(s) of the dry forward, e.g.
+        *inputs: the example input(s) of the dry forward, e.g.
             ``torch.zeros(1, 3, 224, 224)``.
+        **kwargs: keyword inputs of the dry forward.
         selector, exclude: optional; see :func:`plugdrop.select`.
         max_depth: keep modules down to this depth only (0: the root). Default: all.
 

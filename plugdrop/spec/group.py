@@ -154,8 +154,10 @@ class AttachmentGroup:
         (per-layer settings: their mean over the layers), for logging."""
         out = {}
         for label, h in zip(self.labels, self.handles):
-            for k, v in h.transform.values().items():
-                out[f"{label}/{k}"] = float(v)
+            per_layer = [h.transform.values(layer) for layer in h.layers] or [
+                h.transform.values()]
+            for k in per_layer[0]:
+                out[f"{label}/{k}"] = sum(float(v[k]) for v in per_layer) / len(per_layer)
         return out
 
     @property

@@ -116,10 +116,8 @@ class Transform:
     A subclass declares its numeric settings in ``super().__init__(name=(value, check))``
     (``check(name, number) -> float`` raises on a bad value) and implements :meth:`apply`, which receives ``x`` and the current value of each setting as a
     keyword argument (a float, or a 0-dim tensor under ``torch.compile``). ``transform(x)``
-    applies it with the current values, as in training.
-
-    Attributes:
-        step_count: steps taken by the schedules (0 at construction).
+    applies it with the current values, as in training; :attr:`step_count` counts the steps
+    its schedules took (0 at construction).
     """
 
     def __init__(self, **settings: tuple[ScheduleLike, Check]) -> None:

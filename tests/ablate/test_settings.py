@@ -15,7 +15,7 @@ from plugdrop.ablate.config import schema
 from plugdrop.ablate.errors import ConfigError
 from plugdrop.cli import build_parser, main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SETTINGS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "settings.md"
 
 
 def test_every_field_of_the_config_is_a_setting_of_the_table():
@@ -64,10 +64,10 @@ def test_the_reference_names_every_setting_and_flag(capsys):
     assert capsys.readouterr().out.strip() == text.strip()
 
 
-def test_the_readme_holds_the_generated_reference():
-    """The README's settings section is the generated text: regenerate it with
-    ``./dev docs`` after changing a setting."""
-    readme = README.read_text()
+def test_the_docs_hold_the_generated_reference():
+    """The docs' settings page is the generated text: regenerate it with ``./dev docs`` after
+    changing a setting."""
+    readme = SETTINGS_PAGE.read_text()
     begin, end = readme.index(C.BEGIN_MARK), readme.index(C.END_MARK)
     assert readme[begin + len(C.BEGIN_MARK):end].strip() == C.reference().strip()
 

@@ -76,7 +76,7 @@ def _fit(trainer, module, **kw):
 
 
 def test_one_callback_ramps_over_the_fit_and_respects_accumulation(tmp_path):
-    reg, rec = Regularize(SPEC, module="net"), Record()
+    reg, rec = Regularize(SPEC, module="net", watch="layer1.*.conv"), Record()
     trainer = _trainer(tmp_path, [reg, rec], accumulate_grad_batches=2)
     _fit(trainer, Module())
     # 8 batches a epoch, 2 per optimizer step: 12 steps in all, the ramp's length
@@ -87,7 +87,10 @@ def test_one_callback_ramps_over_the_fit_and_respects_accumulation(tmp_path):
     assert p[0] == 0.0 and p[-1] == pytest.approx(0.3 * 11 / 12)
     assert reg.group.calls["DropBlock@layer1.*.conv"] == 24 * 2  # 2 layers, every batch
     logged = (tmp_path / "lightning_logs/version_0/metrics.csv").read_text()
-    assert "plugdrop/DropBlock@layer1.*.conv/p" in logged.splitlines()[0]
+    header = logged.splitlines()[0].split(",")
+    assert "plugdrop/DropBlock@layer1.*.conv/p" in header
+    assert {"plugdrop/watch/layer1.0.conv/act_std", "plugdrop/watch/layer1.0.conv/drop_frac",
+            "plugdrop/watch/layer1.1.conv/grad_norm"} <= set(header)
     assert reg.group.attached  # stays unless asked
 
 

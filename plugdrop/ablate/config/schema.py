@@ -75,7 +75,7 @@ def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | N
 @dataclass(frozen=True)
 class AblationConfig:
     """A validated ablation config: every field but ``source``, ``locs`` and ``origin`` is a
-    setting (see :func:`settings`, and the README's settings reference generated from them)."""
+    setting (see :func:`settings`, and the docs' settings reference generated from them)."""
 
     # -- required ---------------------------------------------------------------------------
     model: str = setting(
@@ -83,7 +83,8 @@ class AblationConfig:
         help="a timm model name such as `resnet18`, or `package.module:factory`")
     variants: tuple[Variant, ...] = setting(
         group="Runs", check=None,
-        help="name -> list of attachments (`[]`: the baseline); see Attachments")
+        help="name -> list of attachments (`[]`: the baseline); see the ablations guide "
+             "(docs/guide/ablations.md)")
     # -- model ------------------------------------------------------------------------------
     model_kwargs: Mapping[str, Any] = setting(
         factory=dict, group="Model", check=C.model_kwargs,
@@ -173,7 +174,7 @@ class AblationConfig:
         help="a list of distinct integers (a fixed design: each trains every variant; the same "
              "seed, the same initial weights and data order), or `{min: 3, max: 12}` (an "
              "adaptive one: seeds in rounds, `step` more per round, `first` the first seed, "
-             "until each variant is decided; see Decisions)")
+             "until each variant is decided; see docs/guide/ablations.md, Decisions)")
     device: str = setting("auto", group="Runs", check=C.device, flag=str, hashed=False,
                           help="`auto`, `cpu`, `cuda` or `cuda:N`")
     out: str = setting("runs/ablation", group="Runs", check=C.text("a non-empty folder path"),
