@@ -82,5 +82,6 @@ def _build(app: object) -> None:
 
 
 def setup(app: object) -> dict[str, object]:
+    OUT.mkdir(exist_ok=True)  # the site's static folder: it must exist when the config is read
     app.connect("builder-inited", _build)  # type: ignore[attr-defined]
     return {"parallel_read_safe": True, "version": "1"}
