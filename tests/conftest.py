@@ -1,4 +1,11 @@
 import math
+import os
+
+# Nothing in the suite may reach a network: the Hugging Face libraries are told so before any
+# test imports them (models are built from configs, never downloaded).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import pytest
 import torch

@@ -22,7 +22,8 @@ def _masks() -> list[tuple[str, torch.Tensor]]:
     for title, fn in [
         ("DropBlock p=0.1, block 7", lambda: F.drop_block(x, 0.1, 7)),
         ("DropBlock p=0.1, block 3", lambda: F.drop_block(x, 0.1, 3)),
-        ("DropBlock, shared channels", lambda: F.drop_block(x, 0.1, 5, shared_channels=True)),
+        ("DropBlock p=0.1, block 5,\nshared channels",
+         lambda: F.drop_block(x, 0.1, 5, shared_channels=True)),
         ("Dropout p=0.1", lambda: F.dropout(x, 0.1)),
         ("Dropout2d p=0.3", lambda: F.dropout2d(x, 0.3)),
     ]:

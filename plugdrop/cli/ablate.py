@@ -163,7 +163,10 @@ def run(args: argparse.Namespace) -> int:
             failed = out / "runs" / rid / "failed.json"
             print(f"plugdrop ablate: run {rid} failed; see {failed}", file=sys.stderr)
         if outcome.stopped:
-            print(f"\nplugdrop ablate: stopped; every run kept the step it reached (a checkpoint). Resume with:\n  "
+            kept = ("interrupted at once; every run kept its last checkpoint"
+                    if outcome.at_once else
+                    "stopped; every run kept the step it reached (a checkpoint)")
+            print(f"\nplugdrop ablate: {kept}. Resume with:\n  "
                   f"{resume_command(args.argv, out)}", file=sys.stderr, flush=True)
     if outcome.stopped:
         code = 128 + outcome.stopped

@@ -65,7 +65,9 @@ class LayerValue:
             raise TypeError("two per-layer values cannot be multiplied; multiply one by a "
                             "step schedule")
         if isinstance(other, numbers.Real) and not isinstance(other, bool):
-            schedule: Schedule = Product(self.schedule, float(other))
+            schedule: Schedule = (Constant(self.schedule.value * float(other))
+                                  if isinstance(self.schedule, Constant)
+                                  else Product(self.schedule, float(other)))
         elif isinstance(other, Schedule) or callable(other):
             if not isinstance(self.schedule, Constant) or self.schedule.value != 1.0:
                 raise TypeError(f"{self!r} already varies with the step")

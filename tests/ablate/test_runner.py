@@ -103,6 +103,23 @@ def test_sigterm_stops_cleanly_and_prints_the_resume_command(tmp_path):
     assert done and torch_load_epoch(run.checkpoint) == done[-1]["epoch"]
 
 
+def test_a_second_ctrl_c_says_the_runs_stopped_at_once(tmp_path, capsys, monkeypatch):
+    """A second SIGINT interrupts the run where it is (no checkpoint at that step): the last
+    line says so, not that every run kept the step it reached."""
+    from plugdrop.ablate.launch import local
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local, "execute", interrupted)
+    out = tmp_path / "out"
+    assert main(["ablate", str(write(tmp_path, SMALL)), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "plugdrop ablate: interrupted at once; every run kept its last checkpoint. " \
+           "Resume with:" in err and "--resume" in err
+    assert "kept the step it reached" not in err and "Traceback" not in err
+
+
 def torch_load_epoch(path: Path) -> int:
     import torch
 

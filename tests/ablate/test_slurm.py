@@ -75,7 +75,9 @@ echo end $N >> $LOG
     again = time.monotonic() - t0
     lines = log.read_text().splitlines()
     assert lines[0] == "start 0" and lines[-2:] == ["start 1", "end 1"], lines
-    assert sorted(lines[1:-2]) == ["CONT 0", "TERM 0"], lines  # SIGKILL: KillWait s later
+    # Slurm sends SIGCONT and SIGTERM together (SIGKILL KillWait s later); bash may run the
+    # TERM trap, which exits, before the CONT one: only TERM is certain to be logged
+    assert "TERM 0" in lines[1:-2] and set(lines[1:-2]) <= {"CONT 0", "TERM 0"}, lines
     assert c.job(job)["Restarts"] == "1"
     # Slurm holds a requeued job back until its credential expires (cred_expire)
     assert CRED_EXPIRE <= again < CRED_EXPIRE + 30, again

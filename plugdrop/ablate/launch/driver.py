@@ -39,6 +39,8 @@ class Outcome:
     failed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     stopped: int = 0
+    #: stopped at once (a second Ctrl-C), not at a step boundary with a checkpoint there
+    at_once: bool = False
 
 
 class Waiting:
@@ -184,7 +186,7 @@ def drive(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: O
         driver.run(todo)
     except KeyboardInterrupt:
         driver.cancel()
-        outcome.stopped = 2
+        outcome.stopped, outcome.at_once = 2, True
     except Stopped as e:
         driver.cancel()
         outcome.stopped = e.signum
