@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import plugdrop as pd
 
-__all__ = ["Regularizer", "missing_extra"]
+__all__ = ["Regularizer", "RegularizeCallback", "missing_extra", "spec_arg"]
 
 
 def missing_extra(framework: str, extra: str, error: ImportError) -> ImportError:
@@ -123,3 +123,22 @@ def spec_arg(spec: Any) -> Any:
     if isinstance(spec, Sequence) and not isinstance(spec, str):
         return [dict(s) if isinstance(s, Mapping) else s for s in spec]
     return str(spec) if not isinstance(spec, Mapping) else dict(spec)
+
+
+class RegularizeCallback:
+    """What both trainers' ``Regularize`` callbacks share: the checked spec with what it
+    attached, the switch for logging, and a short ``repr``."""
+
+    def __init__(self, spec: Any, module: str | None, steps: int | None, log: bool, watch: Any,
+                 remove_at_end: bool, example_input: Any, source: str | None) -> None:
+        self._reg = Regularizer(spec, module, steps, watch, remove_at_end, source,
+                                example_input)
+        self.log = log
+
+    @property
+    def group(self) -> pd.AttachmentGroup | None:
+        """The :class:`~plugdrop.AttachmentGroup` while training (``None`` before)."""
+        return self._reg.group
+
+    def __repr__(self) -> str:
+        return f"Regularize({', '.join(s.label for s in self._reg.specs)})"

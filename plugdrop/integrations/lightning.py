@@ -28,12 +28,12 @@ except ImportError as e:  # pragma: no cover - depends on what is installed
 
 import plugdrop as pd
 
-from ._core import Regularizer
+from ._core import RegularizeCallback
 
 __all__ = ["Regularize"]
 
 
-class Regularize(pl.Callback):
+class Regularize(RegularizeCallback, pl.Callback):
     """Attach an attachment spec when fitting starts and step it with the optimizer.
 
     Args:
@@ -61,23 +61,14 @@ class Regularize(pl.Callback):
     ``state_dict``), so ``trainer.fit(ckpt_path=...)`` continues the ramp at the step it
     stopped. Attaching happens in ``on_fit_start``, after DDP or FSDP wrapped the model and
     before the first batch; selectors name the module's own submodules either way.
-
-    Attributes:
-        group: the :class:`~plugdrop.AttachmentGroup` while fitting (``None`` before).
     """
 
     def __init__(self, spec: Any, *, module: str | None = None, steps: int | None = None,
                  optimizer: int = 0, log: bool = True, watch: Any = None,
                  remove_at_end: bool = False, example_input: Any = None,
                  source: str | None = None) -> None:
-        self._reg = Regularizer(spec, module, steps, watch, remove_at_end, source,
-                                example_input)
+        super().__init__(spec, module, steps, log, watch, remove_at_end, example_input, source)
         self.optimizer = optimizer
-        self.log = log
-
-    @property
-    def group(self) -> pd.AttachmentGroup | None:
-        return self._reg.group
 
     @property
     def state_key(self) -> str:
@@ -120,6 +111,3 @@ class Regularize(pl.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._reg.load_state_dict(state_dict)
-
-    def __repr__(self) -> str:
-        return f"Regularize({', '.join(s.label for s in self._reg.specs)})"

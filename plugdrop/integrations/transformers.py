@@ -24,12 +24,12 @@ except ImportError as e:  # pragma: no cover - depends on what is installed
 
 import plugdrop as pd
 
-from ._core import Regularizer, spec_arg
+from ._core import RegularizeCallback, spec_arg
 
 __all__ = ["Regularize"]
 
 
-class Regularize(TrainerCallback, ExportableState):
+class Regularize(RegularizeCallback, TrainerCallback, ExportableState):
     """Attach an attachment spec when training starts; its schedules follow the trainer's
     optimizer steps (``state.global_step``).
 
@@ -59,9 +59,6 @@ class Regularize(TrainerCallback, ExportableState):
     True)`` rebuilds it. Logged values reach the trainer's ``log_history`` and the reporting
     callbacks placed after this one (the built-in TensorBoard and W&B reporters run before
     user callbacks and do not see them).
-
-    Attributes:
-        group: the :class:`~plugdrop.AttachmentGroup` while training (``None`` before).
     """
 
     def __init__(self, spec: Any, *, module: str | None = None, steps: int | None = None,
@@ -69,14 +66,8 @@ class Regularize(TrainerCallback, ExportableState):
                  example_input: Any = None, source: str | None = None, step: int = 0) -> None:
         self._args = {"spec": spec_arg(spec), "module": module, "steps": steps, "log": log,
                       "watch": watch, "remove_at_end": remove_at_end, "source": source}
-        self._reg = Regularizer(spec, module, steps, watch, remove_at_end, source,
-                                example_input)
-        self.log = log
+        super().__init__(spec, module, steps, log, watch, remove_at_end, example_input, source)
         self.step = step
-
-    @property
-    def group(self) -> pd.AttachmentGroup | None:
-        return self._reg.group
 
     def state(self) -> dict[str, Any]:
         """HF's ``ExportableState``: the arguments (as plain data) and the step reached."""
@@ -112,8 +103,6 @@ class Regularize(TrainerCallback, ExportableState):
         if self._reg.remove_at_end:
             self._reg.remove()
 
-    def __repr__(self) -> str:
-        return f"Regularize({', '.join(s.label for s in self._reg.specs)})"
 
 
 def _first_example(loader: Any) -> Any:

@@ -158,12 +158,10 @@ class SubmititLauncher:
         args = [(str(self.out.resolve()), rd.id, o.nproc_per_run, o.cpus_per_run,
                  self.config_hash) for rd in runs]
         try:  # submitit prints a failed sbatch's stderr itself: our one line says it
-            with contextlib.redirect_stderr(io.StringIO()):
-                if len(runs) > 1 and self.ex.cluster == "slurm":
-                    with self.ex.batch():
-                        jobs = [self.ex.submit(RunJob(), *a) for a in args]
-                else:
-                    jobs = [self.ex.submit(RunJob(), *a) for a in args]
+            array = len(runs) > 1 and self.ex.cluster == "slurm"  # one array job
+            with contextlib.redirect_stderr(io.StringIO()), (
+                    self.ex.batch() if array else contextlib.nullcontext()):
+                jobs = [self.ex.submit(RunJob(), *a) for a in args]
         except (submitit.core.utils.FailedJobError, OSError,
                 subprocess.SubprocessError) as e:
             raise ConfigError(_submit_error(self.ex.cluster, e)) from None
