@@ -128,6 +128,15 @@ def test_remove_at_end_and_mistakes(tmp_path):
     assert not reg.group.attached and len(pd.summary(module)) == 0
     with pytest.raises(pd.SpecError, match=r"^<spec>:1:24: unknown transform 'DropBlok'"):
         Regularize("- {layers: 'layer1.*', transform: DropBlok}")
+    with pytest.raises(TypeError, match=r"module= names a submodule by its dotted name"):
+        Regularize(SPEC, module=3)
+    with pytest.raises(pd.SettingError, match=r"steps= takes a whole number of steps >= 1"):
+        Regularize(SPEC, steps="100")
+    with pytest.raises(pd.SpecError, match=r"the spec must be a list of attachments"):
+        Regularize("")
+    with pytest.raises(pd.SettingError, match=r"Regularize\(optimizer=2\): the trainer has 1"):
+        _fit(_trainer(tmp_path, [Regularize(SPEC, module="net", optimizer=2)], max_epochs=1),
+             Module())
     with pytest.raises(pd.SelectorError, match=r"module='nett': Module has no such submodule; "
                                                r"its children are net"):
         _fit(_trainer(tmp_path, [Regularize(SPEC, module="nett")], max_epochs=1), Module())

@@ -2,6 +2,7 @@
 handle, with the runner's parser and its file:line:column messages."""
 
 import io
+import re
 import textwrap
 import warnings
 
@@ -225,3 +226,50 @@ def test_mixing_transforms_give_their_loss():
 def test_wrong_types_are_type_errors():
     with pytest.raises(TypeError, match="needs a torch.nn.Module"):
         pd.attach_all("model", DATA)
+
+
+def test_values_average_a_per_layer_setting_over_its_layers():
+    group = pd.attach_all(Net(), [{"layers": "layer*.*.conv", "transform": "Dropout2d",
+                                   "p": {"schedule": "by_depth", "start": 0.0, "end": 0.3}}])
+    per_layer = [group[0].transform.values(layer)["p"] for layer in group[0].layers]
+    assert per_layer == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert group.values() == {"Dropout2d@layer*.*.conv/p": pytest.approx(0.15)}
+
+
+def test_example_input_finds_the_residual_branches_for_residual_selectors():
+    model = Net()
+    x = torch.randn(2, 3, 8, 8)
+    group = pd.attach_all(model, "- {layers: 'residual:layer2.*', transform: DropPath, p: 0.1}",
+                          example_input=x)
+    assert group[0].layers == [n for n in pd.residual_branches(Net(), x)
+                               if n.startswith("layer2.")]
+    assert group[0].layers  # Net's blocks are x + act(bn(conv(x)))
+
+
+def test_bind_goes_through_an_optimizer_wrapper():
+    class Wrapper:  # as Accelerate's AcceleratedOptimizer and Lightning's LightningOptimizer
+        def __init__(self, optimizer):
+            self.optimizer = optimizer
+
+    model = Net().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    group = pd.attach_all(model, DATA[:2], steps=10).bind(Wrapper(opt))
+    _train_step(model, 0, opt)
+    assert group.step_count == 1
+    with pytest.raises(TypeError, match="bind\\(\\) takes a torch.optim.Optimizer"):
+        group.bind(Wrapper("not an optimizer"))
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("", "the spec must be a list of attachments"),
+    ("[]", None),
+    ([{"layers": "layer1.*", "transform": None}], "unknown transform None"),
+    ([{"layers": 3, "transform": "Dropout"}], "layers must be a selector"),
+    ([{"layers": "layer1.*", "transform": "Dropout", "p": "0.1"}], "bad Dropout settings"),
+])
+def test_empty_and_wrongly_typed_values(spec, says):
+    if says is None:
+        assert len(pd.attach_all(Net(), spec)) == 0
+        return
+    with pytest.raises(pd.SpecError, match=re.escape(says)):
+        pd.attach_all(Net(), spec)
