@@ -4,15 +4,37 @@ A :class:`ConfigError` is met before (or instead of) training and fixed by chang
 the data or the command; the CLI exits with status 2. A :class:`Fault` is the environment
 failing under a correct ablation (a full disk, a read-only or vanished folder): the ablation
 stops at once, starts no other run, marks no run failed, and continues with ``--resume`` once
-the fault is removed; the CLI exits with status :data:`FAULT_EXIT` (74, ``EX_IOERR``).
+the fault is removed; the CLI exits with status :attr:`Exit.FAULT` (74, ``EX_IOERR``).
+
+Every message is one line (:func:`one_line`, the library's).
 """
 
 from __future__ import annotations
 
-__all__ = ["FAULT_EXIT", "ConfigError", "DataGone", "Fault", "StorageError"]
+from enum import IntEnum
 
-#: the exit status of ``plugdrop ablate`` (and of a worker) stopped by a :class:`Fault`
-FAULT_EXIT = 74
+import plugdrop as pd
+
+__all__ = ["ConfigError", "DataGone", "Exit", "Fault", "StorageError", "one_line"]
+
+one_line = pd.errors.one_line
+
+
+class Exit(IntEnum):
+    """The exit statuses of ``plugdrop ablate``, ``plugdrop report`` and a worker."""
+
+    #: every run finished (a worker: its run finished, or had finished already)
+    OK = 0
+    #: a run failed (``plugdrop ablate``: the others still trained)
+    FAILED = 1
+    #: a mistake in the config, data, command or folder (a :class:`ConfigError`: one line)
+    MISTAKE = 2
+    #: a fault of the environment stopped it (:class:`Fault`; ``EX_IOERR``)
+    FAULT = 74
+    #: a worker found its run trained by another process now (``EX_TEMPFAIL``)
+    BUSY = 75
+    #: a signal stopped it: the status is 128 + the signal's number (130 for SIGINT)
+    SIGNAL = 128
 
 
 class ConfigError(ValueError):

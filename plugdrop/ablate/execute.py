@@ -15,46 +15,31 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from . import logging as run_logging
 from . import runs
 from .config import AblationConfig
-from .data import DataSets, build_datasets, default_workers, parse_data_spec
-from .errors import ConfigError, Fault
+from .data import DataSets, build_datasets, default_workers
+from .errors import ConfigError, Fault, one_line
+from .outcome import RunResult
 from .progress import Progress
 from .train import Dist, StopFlag, Stopped, Trainer, on_rank0, save_gradcam
-from .train.build import locate, one_line
+from .train.build import locate
 from .train.cadence import Cadence
 
-__all__ = ["BUSY", "FAILED", "FAULT", "FINISHED", "STOPPED", "Result", "execute", "load_data",
-           "train_run", "workers_for"]
-
-#: how a run's execution ended (``fault``: the environment failed, see :class:`Fault`)
-FINISHED, FAILED, BUSY, STOPPED, FAULT = "finished", "failed", "busy", "stopped", "fault"
-_GO = "go"
-
-
-@dataclass(frozen=True)
-class Result:
-    """How :func:`execute` ended: ``status`` (:data:`FINISHED`, :data:`FAILED` or
-    :data:`BUSY`) and, for a failed run, its error on one line."""
-
-    status: str
-    error: str | None = None
-
+__all__ = ["execute", "load_data", "train_run", "workers_for"]
 
 def load_data(cfg: AblationConfig) -> DataSets:
     """The config's data sets (normalization from the model's pretrained config)."""
     try:
-        return build_datasets(parse_data_spec(cfg.data), image_size=cfg.image_size,
+        return build_datasets(cfg.data, image_size=cfg.image_size,
                               val_fraction=cfg.val_fraction, augment=cfg.augment,
                               model=None if ":" in cfg.model else cfg.model,
                               bad_images=cfg.bad_images)
     except ConfigError as e:
-        raise ConfigError(locate(cfg, " ".join(str(e).split()), "data")) from None
+        raise ConfigError(locate(cfg, one_line(e), "data")) from None
 
 
 def workers_for(cfg: AblationConfig, data: DataSets) -> int:
@@ -65,24 +50,24 @@ def workers_for(cfg: AblationConfig, data: DataSets) -> int:
 
 
 def _claim(rd: runs.RunDir, lock: runs.RunLock, launcher: str
-           ) -> tuple[str, runs.Recovery | None]:
-    """Take the run's lock, choose the checkpoint it resumes from and record the attempt;
-    ``finished`` or ``busy`` instead when the run needs no training here (shards and launcher
-    jobs share one ``--out``)."""
+           ) -> tuple[RunResult | None, runs.Recovery | None]:
+    """Take the run's lock, choose the checkpoint it resumes from and record the attempt
+    (``(None, recovery)``); finished or busy instead when the run needs no training here
+    (shards and launcher jobs share one ``--out``)."""
     if rd.status == runs.FINISHED:
-        return FINISHED, None
+        return RunResult.finished(), None
     if not lock.try_acquire():
-        return BUSY, None
+        return RunResult.busy(), None
     try:
         if rd.status == runs.FINISHED:
             lock.release()
-            return FINISHED, None
+            return RunResult.finished(), None
         recovery = rd.recover()
         rd.record_attempt(recovery.epoch + 1, launcher, recovery.step)
     except BaseException:
         lock.release()
         raise
-    return _GO, recovery
+    return None, recovery
 
 
 def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, workers: int,
@@ -136,7 +121,7 @@ def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, wor
             if logger is not None:
                 logger.close()
         if d.main:
-            if cfg.gradcam is not False and rd.seed == cfg.seed_list[0]:
+            if cfg.gradcam_at is not None and rd.seed == cfg.seed_list[0]:
                 try:
                     save_gradcam(cfg, trainer.model, data, d, rd.path / "gradcam.png")
                 except (ValueError, TypeError, RuntimeError) as e:
@@ -148,7 +133,7 @@ def train_run(cfg: AblationConfig, rd: runs.RunDir, data: DataSets, d: Dist, wor
 
 
 def execute(cfg: AblationConfig, rd: runs.RunDir, d: Dist, data: Callable[[], DataSets], *,
-            stop: StopFlag, progress: Progress, launcher: str) -> Result:
+            stop: StopFlag, progress: Progress, launcher: str) -> RunResult:
     """Claim, train (or resume) and mark one run, in this process (under torchrun, in all of
     its processes together).
 
@@ -160,8 +145,9 @@ def execute(cfg: AblationConfig, rd: runs.RunDir, d: Dist, data: Callable[[], Da
         launcher: recorded in ``attempts.jsonl``.
 
     Returns:
-        the :class:`Result`; a crash of the run (an out-of-memory error, a NaN loss) is
-        recorded in ``failed.json`` and returned as ``failed``.
+        finished, busy (another process trains it) or failed: a crash of the run (an
+        out-of-memory error, a NaN loss) is recorded in ``failed.json`` and returned as
+        :meth:`~plugdrop.ablate.outcome.RunResult.failed` with its error on one line.
 
     Raises:
         Stopped: a signal stopped the run at a step boundary (its state checkpointed there).
@@ -171,13 +157,13 @@ def execute(cfg: AblationConfig, rd: runs.RunDir, d: Dist, data: Callable[[], Da
             marked failed; its finished epochs are kept.
     """
     lock = runs.RunLock(rd)
-    state, recovery = on_rank0(d, lambda: _claim(rd, lock, launcher))
-    if state != _GO:
-        return Result(state)
+    claimed, recovery = on_rank0(d, lambda: _claim(rd, lock, launcher))
+    if claimed is not None:
+        return claimed
     try:
         loaded = data()
         train_run(cfg, rd, loaded, d, workers_for(cfg, loaded), stop, progress, recovery)
-        return Result(FINISHED)
+        return RunResult.finished()
     except (ConfigError, Fault, Stopped):
         raise
     except Exception as e:  # a crashing run is recorded; the others go on
@@ -185,7 +171,7 @@ def execute(cfg: AblationConfig, rd: runs.RunDir, d: Dist, data: Callable[[], Da
             rd.failed(e, rd.current_epoch(), traceback.format_exc())
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        return Result(FAILED, f"{type(e).__name__}: {one_line(e)[:300]}")
+        return RunResult.failed(one_line(e, typed=True, limit=300))
     finally:
         if d.main:
             lock.release()

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import torch
 import torch.nn as nn
 
-from .errors import ConfigError
+from .errors import ConfigError, one_line
 
 __all__ = ["build_model", "model_names"]
 
@@ -41,11 +41,6 @@ def model_names(prefix: str = "") -> list[str]:
     return list(timm.list_models(f"{prefix}*"))
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
-
-
 def _bad_kwarg(err: TypeError) -> str | None:
     found = re.search(r"unexpected keyword argument '([^']+)'", str(err))
     return found.group(1) if found else None
@@ -60,8 +55,8 @@ def _kwargs_error(name: str, err: BaseException, kwargs: Mapping[str, Any],
             "; remove or correct it"
         return ConfigError(f"model_kwargs: {name} has no argument {bad!r}{hint}")
     shown = f" with model_kwargs {dict(kwargs)}" if kwargs else ""
-    return ConfigError(f"model {name}{shown} cannot be built ({_first_line(err)}); "
-                       f"check model_kwargs")
+    return ConfigError(f"model {name}{shown} cannot be built "
+                       f"({one_line(err, typed=True, limit=300)}); check model_kwargs")
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -85,9 +80,9 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     try:
         sd = load_state_dict(str(path))
     except Exception as e:  # torch/pickle/safetensors each raise their own types
-        raise ConfigError(f"pretrained: cannot read {path} ({_first_line(e)}); expected a state "
-                          f"dict saved with torch.save (.pth/.pt/.bin) or a .safetensors file") \
-            from None
+        raise ConfigError(f"pretrained: cannot read {path} ({one_line(e, typed=True, limit=300)})"
+                          f"; expected a state dict saved with torch.save (.pth/.pt/.bin) or a "
+                          f".safetensors file") from None
     if not isinstance(sd, Mapping) or not sd or \
             not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in sd.items()):
         raise ConfigError(f"pretrained: {path} holds no state dict (a mapping of parameter names "
@@ -199,9 +194,9 @@ def _timm_model(name: str, num_classes: int, kwargs: dict[str, Any],
         try:
             own = timm.create_model(name, pretrained=False, num_classes=build, in_chans=in_chans,
                                     **kwargs).state_dict()
-            detail = _mismatch(own, sd) or _first_line(e)
+            detail = _mismatch(own, sd) or one_line(e, typed=True, limit=300)
         except _BUILD_ERRORS:
-            detail = _first_line(e)
+            detail = one_line(e, typed=True, limit=300)
         raise _fit_error(path, name, detail) from None
     if build != num_classes:
         model.reset_classifier(num_classes)  # type: ignore[operator]
@@ -218,8 +213,9 @@ def _factory(name: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"model {name!r}: cannot import {module_name} ({_first_line(e)}); "
-                          f"check the module path or install it") from None
+        raise ConfigError(f"model {name!r}: cannot import {module_name} "
+                          f"({one_line(e, typed=True, limit=300)}); check the module path or "
+                          f"install it") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         public = [n for n in dir(module) if not n.startswith("_")]

@@ -12,7 +12,7 @@ import importlib
 import json
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ from .progress import Progress
 from .report import decision_values, load_ablation
 from .report.sequential import Design, Replay, design_of
 from .train import Dist, agree, dry_run, on_rank0
-from .worker import save_config
 
 __all__ = ["Outcome", "resume_command", "run_ablation", "versions"]
 
@@ -81,22 +80,12 @@ def _claim_folder(cfg: AblationConfig, out: Path, lock: runs.Lock, manifest: dic
                 check_fresh(out, cfg, shard, resume)
             warning = runs.prepare(out, manifest, resume or shard is not None,
                                    config.unhashed(), files, accept_data_change)
-            save_config(out, cfg)
+            config.save_config(out, cfg)
     except (ConfigError, Fault):
         lock.release()
         raise
     if warning is not None:
         print(f"plugdrop ablate: warning: {warning}", file=sys.stderr, flush=True)
-
-
-def _check_decisions(cfg: AblationConfig, data: DataSets) -> None:
-    """The decision metric must be one the runs record."""
-    if cfg.decide_on == "val_top5" and len(data.classes) <= 5:
-        raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: val_top5 needs more than 5 "
-                          f"classes ({data.name} has {len(data.classes)}); use val_acc")
-    if cfg.decide_on == "val_acc_ema" and cfg.ema is None:
-        raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: val_acc_ema needs an EMA model; "
-                          f"add ema: true")
 
 
 def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
@@ -126,14 +115,11 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
     options = options or LaunchOptions()
     launcher = launcher or make_launcher("local", options)
     try:
-        if shard is not None and cfg.adaptive:
-            raise ConfigError(f"--shard {shard[0]}/{shard[1]}: shards split a fixed list of seeds; an "
-                              f"adaptive design (seeds: {{min, max}}) decides between rounds: "
-                              f"run it whole, with --launcher processes, submitit or ray to "
-                              f"train its runs in parallel")
+        if shard is not None:
+            config.check_shard(cfg, shard)
         if data is None:
             data = agree(d, lambda: load_data(cfg))
-        _check_decisions(cfg, data)
+        config.check_classes(cfg, data.name, len(data.classes))
         agree(d, lambda: dry_run(cfg, data, d))
         lock = runs.Lock(out, shared=shard is not None)
         manifest = _manifest(cfg, data, d)
@@ -182,19 +168,16 @@ def _train(cfg: AblationConfig, out: Path, d: Dist, data: DataSets,
         drive(launcher, LaunchContext(cfg, out, d, data, progress or Progress(len(todo), d.main),
                                       options), todo, outcome)
         return outcome
-    design = design_of(cfg.resolved(), cfg.variant_names, cfg.baseline)
-    if design is None:
-        raise ConfigError(f"{cfg.loc('seeds')}: an adaptive design compares every variant with "
-                          f"the baseline: add a variant 'baseline: []'")
-    seeds = cfg.seeds if isinstance(cfg.seeds, Mapping) else {}
+    design = design_of(cfg)
+    assert design is not None  # an adaptive config has a baseline (config.check_together)
     first = True
     while True:
-        rep = on_rank0(d, lambda: _replay(out, design, cfg.decide_on))
+        rep = on_rank0(d, lambda: _replay(out, design))
         needed = [runs.RunDir(out, v, s) for v, s in rep.needed]
         if rep.complete or not needed:
             break
         _header(cfg, data, d, len(needed), 0, None, launcher,
-                f"round {len(rep.rounds)}: {rep.rounds[-1]} of at most {seeds.get('max')} seeds")
+                f"round {len(rep.rounds)}: {rep.rounds[-1]} of at most {design.plan.max} seeds")
         round_outcome = Outcome()
         drive(launcher, LaunchContext(cfg, out, d, data,
                                       progress if first and progress else
@@ -206,15 +189,15 @@ def _train(cfg: AblationConfig, out: Path, d: Dist, data: DataSets,
         if round_outcome.stopped:
             outcome.stopped = round_outcome.stopped
             break
-        if on_rank0(d, lambda: _replay(out, design, cfg.decide_on)).needed == rep.needed:
+        if on_rank0(d, lambda: _replay(out, design)).needed == rep.needed:
             break  # nothing ended this round (a launcher that trains nothing): do not spin
     return outcome
 
 
-def _replay(out: Path, design: Design, metric: str) -> Replay:
+def _replay(out: Path, design: Design) -> Replay:
     """The design over the finished runs of ``out``; the decisions so far written to
     ``OUT/decisions.jsonl`` (one line each, with its reason)."""
-    rep = design.replay(decision_values(load_ablation(out), metric))
+    rep = design.replay(decision_values(load_ablation(out), design.rule.metric.name))
     runs.atomic_write_bytes(out / "decisions.jsonl",
                             "".join(json.dumps(e) + "\n" for e in rep.events).encode(),
                             "the decisions")

@@ -12,10 +12,12 @@ reads it back through the loader's checks, holds it to the hash its launcher gav
 (:func:`plugdrop.ablate.execute.execute`: its lock, ``attempts.jsonl``, the resume from its last
 checkpoint), writing the run folder exactly as the local launcher does.
 
-Exit status: 0 finished (or finished already), 1 failed, 2 a mistake (one line), 74 a fault of
-the environment (a full disk, data that vanished: one line; the run is not marked failed), 75
-another process trains this run now, 128 + signal when SIGINT, SIGTERM, SIGUSR1 or SIGUSR2
-stopped it (at a step boundary, with a checkpoint there).
+Exit status (:class:`~plugdrop.ablate.errors.Exit`): 0 finished (or finished already), 1
+failed, 2 a mistake (one line), 74 a fault of the environment (a full disk, data that vanished:
+one line; the run is not marked failed), 75 another process trains this run now, 128 + signal
+when SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 stopped it (at a step boundary, with a checkpoint
+there). A job that runs :func:`run_job` in its own process (submitit, Ray) returns the
+:class:`~plugdrop.ablate.outcome.RunResult` as JSON instead.
 """
 
 from __future__ import annotations
@@ -32,74 +34,15 @@ from pathlib import Path
 import torch
 
 from . import runs
-from .config import AblationConfig, restore, stored
+from .config import AblationConfig, load_stored
 from .data import DataSets
-from .errors import FAULT_EXIT, ConfigError, Fault
-from .execute import BUSY, FAILED, FAULT, FINISHED, STOPPED, execute, load_data
+from .errors import ConfigError, Exit, Fault
+from .execute import execute, load_data
+from .outcome import RunResult, Status
 from .progress import Progress
 from .train import SIGNALS, StopFlag, Stopped, agree, resolve_device, setup_distributed
 
-__all__ = ["BUSY", "CONFIG_FILE", "FAILED", "FAULT", "FINISHED", "STOPPED", "fault_of",
-           "fault_status", "find_run", "job_command", "load_config", "main", "run_job",
-           "run_one", "save_config"]
-
-CONFIG_FILE = ".config.json"
-#: what older versions stored instead (a pickle): never read, removed when the config is written
-_OLD_CONFIG_FILE = ".config.pkl"
-
-_EXIT = {FINISHED: 0, FAILED: 1, FAULT: FAULT_EXIT, BUSY: 75}
-
-
-def fault_status(e: Fault) -> str:
-    """A job's status for a fault: ``"fault: {...}"``, which :func:`fault_of` reads back."""
-    return f"{FAULT}: " + json.dumps({"message": str(e), "fix": e.fix})
-
-
-def fault_of(status: str) -> Fault | None:
-    """The :class:`Fault` of a job's :func:`fault_status`, else ``None``."""
-    head, _, body = status.partition(": ")
-    if head != FAULT:
-        return None
-    try:
-        what = json.loads(body)
-        return Fault(str(what["message"]), str(what["fix"]))
-    except (ValueError, KeyError, TypeError):
-        return Fault(body or "a job stopped on a fault of the environment")
-
-
-def save_config(out: Path, cfg: AblationConfig) -> None:
-    """Store the validated config for the workers as plain data (atomically, next to
-    ``ablation.json``), and remove the pickle an older version stored there."""
-    runs.atomic_write_json(out / CONFIG_FILE, stored(cfg), "the config the jobs read")
-    try:
-        (out / _OLD_CONFIG_FILE).unlink(missing_ok=True)
-    except OSError:
-        pass  # never read; what is left of it does no harm
-
-
-def load_config(out: Path, config_hash: str | None = None) -> AblationConfig:
-    """The config that ``plugdrop ablate`` stored in ``out``, read as JSON and checked as a
-    user's config is; ``config_hash``: the hash it must have (what the launcher gave the job),
-    else the one ``ablation.json`` records.
-
-    Raises:
-        ConfigError: ``out`` is no prepared ablation folder, its config file is not plain
-            data written by plugdrop, or its config is not the one expected.
-    """
-    path = out / CONFIG_FILE
-    try:
-        manifest = json.loads((out / "ablation.json").read_text())
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError as e:
-        raise ConfigError(f"{out}: no ablation prepared by plugdrop ablate here (no "
-                          f"{Path(e.filename or path).name}); start it with plugdrop ablate "
-                          f"CONFIG --out {out}") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: refused: not a config written by plugdrop ({e}); run "
-                          f"plugdrop ablate CONFIG --out {out} --resume to write it "
-                          f"again") from None
-    want = config_hash or (manifest.get("config_hash") if isinstance(manifest, dict) else None)
-    return restore(data, str(path), want)
+__all__ = ["find_run", "job_command", "main", "run_job", "run_one", "status_after"]
 
 
 def _same_data(out: Path, data: DataSets) -> DataSets:
@@ -127,7 +70,7 @@ def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
 
 
 def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
-            handle_signals: bool = True, config_hash: str | None = None) -> str:
+            handle_signals: bool = True, config_hash: str | None = None) -> RunResult:
     """Train (or resume) one run of the ablation in ``out`` in this process (or, under
     torchrun, in all of its processes).
 
@@ -143,9 +86,9 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
             file in ``out`` cannot change); default: the one ``ablation.json`` records.
 
     Returns:
-        ``"finished"``, ``"failed"``, ``"busy"`` (another process trains it),
-        ``"stopped: SIGNUM"`` (a signal stopped it, checkpointed) or a :func:`fault_status` (the environment failed: a full disk, data that vanished;
-        the message is also printed, the run is not marked failed).
+        finished, failed, busy (another process trains it), stopped by a signal
+        (checkpointed), or a fault of the environment (a full disk, data that vanished; the
+        message is also printed, the run is not marked failed).
 
     Raises:
         ConfigError: a user mistake (no such folder or run, data missing on this machine);
@@ -154,7 +97,7 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)
-    cfg = load_config(out, config_hash)
+    cfg = load_stored(out, config_hash)
     rd = find_run(cfg, out, run_id)
     d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
     stop = StopFlag()
@@ -164,20 +107,20 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
         result = execute(cfg, rd, d, lambda: agree(d, lambda: _same_data(out, load_data(cfg))),
                          stop=stop, progress=Progress(1, d.main, tty=False), launcher=launcher)
     except Stopped as e:  # checkpointed at the step it reached
-        return f"{STOPPED}: {e.signum}"
+        return RunResult.stopped(e.signum)
     except Fault as e:
         if d.main:
             _say(f"plugdrop worker: run {run_id}: {e}; {e.fix}")
-        return fault_status(e)
+        return RunResult.faulted(e)
     except ConfigError as e:  # e.g. the data is not readable on this node: the driver shows it
         if d.main:
             rd.failed(e, rd.current_epoch(), "")
         raise
     finally:
         stop.restore()
-    if result.status == FAILED:
+    if result.status is Status.FAILED:
         _say(f"plugdrop worker: run {run_id} failed: {result.error}")
-    return result.status
+    return result
 
 
 def _say(line: str) -> None:
@@ -204,9 +147,9 @@ def job_command(out: Path, run_id: str, *, nproc: int, launcher: str,
 
 def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
             threads: int | None = None, handle_signals: bool = True,
-            config_hash: str | None = None) -> str:
+            config_hash: str | None = None) -> RunResult:
     """What a launcher's job runs: :func:`run_one` here, or under ``torchrun`` with ``nproc``
-    processes when the run is itself data-parallel; returns the run's status afterwards."""
+    processes when the run is itself data-parallel; returns how the run ended."""
     if nproc <= 1:
         return run_one(out, run_id, launcher=launcher, threads=threads,
                        handle_signals=handle_signals, config_hash=config_hash)
@@ -230,24 +173,19 @@ def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    status = status_after(Path(out), run_id, code, config_hash)
-    if got and status.startswith(STOPPED):
-        return f"{STOPPED}: {got[0]}"
-    return status
+    result = status_after(Path(out), run_id, code, config_hash)
+    if got and result.status is Status.STOPPED:
+        return RunResult.stopped(got[0])
+    return result
 
 
 def status_after(out: Path, run_id: str, returncode: int, config_hash: str | None = None
-                 ) -> str:
-    """A run's status after a worker process exited with ``returncode``: what its folder says
-    when it finished or failed, else busy (exit 75) or stopped."""
-    status = find_run(load_config(out, config_hash), out, run_id).status
-    if status in (FINISHED, FAILED):
-        return status
-    if returncode == FAULT_EXIT:
-        return FAULT
-    if returncode == 75:
-        return BUSY
-    return f"{STOPPED}: {returncode - 128}" if returncode > 128 else STOPPED
+                 ) -> RunResult:
+    """How a run ended after a worker process exited with ``returncode``: what its folder
+    says when it finished or failed, else what the exit status says
+    (:meth:`~plugdrop.ablate.outcome.RunResult.from_exit`)."""
+    folder = find_run(load_stored(out, config_hash), out, run_id).status
+    return RunResult.from_exit(returncode, folder)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,25 +202,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        status = run_one(Path(args.out), args.run_id, launcher=args.launcher,
+        result = run_one(Path(args.out), args.run_id, launcher=args.launcher,
                          threads=args.threads, config_hash=args.config_hash)
     except ConfigError as e:
         if rank == 0:
             _say(f"plugdrop worker: {e}")
-        return 2
+        return Exit.MISTAKE
     except Fault as e:  # met before or after the run (the config, its failure record)
         if rank == 0:
             _say(f"plugdrop worker: {e}")
-        return FAULT_EXIT
+        return Exit.FAULT
     finally:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
-    head, _, signum = status.partition(": ")
-    if head == STOPPED:
-        return 128 + (int(signum) if signum.isdigit() else signal.SIGTERM)
-    return _EXIT.get(head, 128 + signal.SIGTERM)
+    return result.exit_status()
 
 
 if __name__ == "__main__":

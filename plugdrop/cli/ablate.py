@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,12 +85,11 @@ def _overrides(args: argparse.Namespace) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from ..ablate import config, runs
-    from ..ablate.errors import FAULT_EXIT, ConfigError, Fault
+    from ..ablate.errors import ConfigError, Exit, Fault
     from ..ablate.launch import make_launcher, options
     from ..ablate.report import Rebuilder
     from ..ablate.runner import resume_command, run_ablation
-    from ..ablate.train import per_process_batch, resolve_device, setup_distributed, \
-        world_from_env
+    from ..ablate.train import resolve_device, setup_distributed, world_from_env
 
     if args.settings:
         print(config.reference())
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--launcher {args.launcher}: start plugdrop ablate itself "
                               f"without torchrun; --nproc-per-run N runs torchrun inside "
                               f"each job")
-        per_process_batch(cfg, max(world, opts.nproc_per_run))
+        config.batch_per_process(cfg, max(world, opts.nproc_per_run))
         d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
         outcome = run_ablation(cfg, out=out, resume=args.resume, d=d, argv=args.argv,
                                shard=shard, launcher=launcher, options=opts,
@@ -131,29 +131,29 @@ def run(args: argparse.Namespace) -> int:
         if rank == 0:
             print("plugdrop ablate: interrupted before any run trained", file=sys.stderr,
                   flush=True)
-        return 130
+        return Exit.SIGNAL + signal.SIGINT
     except ConfigError as e:
         if rank == 0:
             print(f"plugdrop ablate: {e}", file=sys.stderr, flush=True)
         _teardown(d)
         # Under torchrun the launcher adds its failure report after this line: a mistake must
         # not look like success to a script or a scheduler, so the status stays non-zero.
-        return 2
+        return Exit.MISTAKE
     except Fault as e:  # nothing more is written: the report would meet the same fault
         if rank == 0:
             again = resume_command(args.argv, out) if out is not None else "--resume"
             fix = f"; {e.fix}" if e.fix else ""
             print(f"plugdrop ablate: {e}{fix} with: {again}", file=sys.stderr, flush=True)
         _teardown(d)
-        return FAULT_EXIT
-    code = 0
+        return Exit.FAULT
+    code: int = Exit.OK
     if d.main:
         try:
             rep = Rebuilder(out, lambda m: print(m, file=sys.stderr, flush=True))(final=True)
         except Fault as e:  # every run ended; only the report could not be written
             print(f"plugdrop ablate: {e}; make room, then write it with: plugdrop report "
                   f"{out}", file=sys.stderr, flush=True)
-            rep, code = None, FAULT_EXIT
+            rep, code = None, Exit.FAULT
         if rep is not None:
             print()
             print(rep.table)
@@ -169,9 +169,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"\nplugdrop ablate: {kept}. Resume with:\n  "
                   f"{resume_command(args.argv, out)}", file=sys.stderr, flush=True)
     if outcome.stopped:
-        code = 128 + outcome.stopped
-    elif outcome.failed and code == 0:
-        code = 1
+        code = Exit.SIGNAL + outcome.stopped
+    elif outcome.failed and code == Exit.OK:
+        code = Exit.FAILED
     _teardown(d)
     return code
 

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+import plugdrop as pd
+
 #: what a model's build raises when it tries to download (weights) without a network
 _DOWNLOAD_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError,
                     TimeoutError)
@@ -109,7 +111,8 @@ def _model(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
                f"none, leave {'them' if len(asked) > 1 else 'it'} out" if asked else
                "build it without pretrained weights (e.g. --model-kwargs "
                "'{weights: null}'), or put its weights in torch.hub's cache first")
-        what = e.args[0] if isinstance(e, _WouldDownload) else _one_line(e)
+        what = e.args[0] if isinstance(e, _WouldDownload) else \
+            pd.errors.one_line(e, typed=True, period=False, limit=300)
         raise ConfigError(f"model {name!r} tried to download while being built ({what}): "
                           f"plugdrop layers never downloads; {fix}") from None
     except BaseException:
@@ -137,9 +140,14 @@ def _build(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
                 raise ConfigError(f"model {name!r}: cannot import {attr} from {module_name} "
                                   f"({e})") from None
             try:
-                return factory(**{**_no_weights(factory), **kwargs})
+                model = factory(**{**_no_weights(factory), **kwargs})
             except TypeError as e:
                 raise ConfigError(f"model {name!r}: bad --model-kwargs: {e}") from None
+            if not isinstance(model, torch.nn.Module):
+                raise ConfigError(f"model {name!r}: the factory returned "
+                                  f"{type(model).__name__}, not a torch.nn.Module; give a "
+                                  f"function that builds the model")
+            return model
         import timm
 
         if not timm.is_model(name):
@@ -163,13 +171,9 @@ def _build(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
         raise
     except Exception as e:  # the factory's own check of its arguments
         given = f" with --model-kwargs '{_yaml(kwargs)}'" if kwargs else ""
-        raise ConfigError(f"model {name!r} could not be built{given}: {_one_line(e)}") from None
-
-
-def _one_line(e: BaseException, limit: int = 300) -> str:
-    """``Type: message`` of ``e`` on one line, at most about ``limit`` characters."""
-    text = " ".join(f"{type(e).__name__}: {e}".split()).rstrip(".")
-    return text if len(text) <= limit else text[:limit].rstrip() + " ..."
+        raise ConfigError(f"model {name!r} could not be built{given}: "
+                          f"{pd.errors.one_line(e, typed=True, period=False, limit=300)}") \
+            from None
 
 
 def _yaml(kwargs: dict[str, Any]) -> str:
@@ -214,7 +218,6 @@ def _input_fix(name: str, model: nn.Module, kwargs: dict[str, Any],
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    import plugdrop as pd
 
     from ..ablate.errors import ConfigError
 
@@ -245,13 +248,14 @@ def run(args: argparse.Namespace) -> int:
     failure = _dry_run(model, x)
     if failure is not None:
         return _fail(f"model {args.model!r} fails on the input {tuple(x.shape)} "
-                     f"(--input-size {c} {h} {w}): {_one_line(failure)}; "
+                     f"(--input-size {c} {h} {w}): "
+                     f"{pd.errors.one_line(failure, typed=True, period=False, limit=300)}; "
                      f"{_input_fix(args.model, model, kwargs, (c, h, w))}")
     try:
         branches = pd.residual_branches(model, x) if args.residual else []
         table = pd.layers(model, x, selector=args.match, max_depth=args.depth)
     except (ValueError, TypeError, RuntimeError) as e:
-        return _fail(" ".join(str(e).split()))
+        return _fail(pd.errors.one_line(e))
     title = f"{args.model}: {len(table)} modules, input (1, {c}, {h}, {w})"
     if args.match:
         title += f"; * = picked by {args.match!r} ({sum(r.picked for r in table)})"

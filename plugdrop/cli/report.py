@@ -17,24 +17,24 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..ablate.errors import FAULT_EXIT, ConfigError, Fault
+    from ..ablate.errors import ConfigError, Exit, Fault
     from ..ablate.report import write_report
 
     out = Path(args.out)
     if not (out / "ablation.json").is_file():
         print(f"plugdrop report: {out} is no plugdrop ablate folder (no ablation.json in it); "
               f"give the --out of an ablation", file=sys.stderr)
-        return 2
+        return Exit.MISTAKE
     try:
         rep = write_report(out, plots=not args.no_plots)
     except ConfigError as e:
         print(f"plugdrop report: {e}", file=sys.stderr)
-        return 2
+        return Exit.MISTAKE
     except Fault as e:
         print(f"plugdrop report: {e}; make room or make it writable (or copy the folder and "
               f"report there), then run plugdrop report {out} again", file=sys.stderr)
-        return FAULT_EXIT
+        return Exit.FAULT
     print(rep.table)
     print(f"\n{rep.finished} runs finished, {rep.failed} failed, {rep.incomplete} incomplete. "
           f"Written: {', '.join(str(p) for p in rep.files)}")
-    return 0
+    return Exit.OK

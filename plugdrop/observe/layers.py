@@ -11,7 +11,7 @@ from .. import _attach, _layout, _selection
 from .._attach import Observer
 from .._selection import Selector
 from .._table import format_table
-from ..errors import PlugdropError
+from ..errors import PlugdropError, one_line
 
 __all__ = ["layers", "LayerTable", "LayerRow"]
 
@@ -139,7 +139,7 @@ def _output_shapes(model: nn.Module, inputs: tuple, kwargs: dict
             given = [*inputs, *kwargs.values()]
             described = ", ".join(str(tuple(v.shape)) if isinstance(v, torch.Tensor)
                                   else type(v).__name__ for v in given)
-            error = " ".join(f"{type(e).__name__}: {e}".split()).rstrip(".")
+            error = one_line(e, typed=True, period=False)
             raise PlugdropError(
                 f"layers() could not run {type(model).__name__} on the input"
                 f"{'s' if len(given) > 1 else ''} {described}: {error}; give an input it takes, "

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from .._attach import Handle, Summary, mixed_loss, residual_branches, summary
-from ..errors import SettingError, SpecError
+from ..errors import SettingError, SpecError, one_line
 from .attachment import AttachmentSpec, check_together, parse_attachment
 from ._yaml import Loc, LocDict, LocList, fail, read_yaml
 
@@ -113,8 +113,13 @@ class AttachmentGroup:
     @property
     def labels(self) -> list[str]:
         """One name per attachment, ``DropBlock@layer3.*``; repeated ones end in ``#2``, ..."""
+        return self.labels_of(self.specs)
+
+    @staticmethod
+    def labels_of(specs: Sequence[AttachmentSpec]) -> list[str]:
+        """The :attr:`labels` a group of ``specs`` has (before attaching them)."""
         out: list[str] = []
-        for s in self.specs:
+        for s in specs:
             label, n = s.label, 2
             while label in out:
                 label, n = f"{s.label}#{n}", n + 1
@@ -278,7 +283,7 @@ def attach_all(model: nn.Module, spec: SpecLike | Sequence[AttachmentSpec], *,
             except SpecError:
                 raise
             except ValueError as e:
-                msg = " ".join(str(e).split())
+                msg = one_line(e)
                 raise type(e)(f"{s.loc}: {msg}" if s.loc else msg) from None
     except BaseException:
         for h in handles:

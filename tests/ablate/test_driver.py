@@ -11,7 +11,9 @@ import pytest
 
 from plugdrop.ablate import runs
 from plugdrop.ablate.launch import JobEnd, LaunchContext, LaunchOptions, Outcome, drive
-from plugdrop.ablate.launch.protocol import BUSY, ENDED, FINISHED, LOST
+from plugdrop.ablate.launch.protocol import End
+
+BUSY, ENDED, FINISHED, LOST = End.BUSY, End.ENDED, End.FINISHED, End.LOST
 from plugdrop.ablate.train import Dist
 
 
@@ -28,6 +30,12 @@ class Job:
 
     def cancel(self) -> None:
         self.launcher.cancelled.append(self.run.id)
+
+
+def _end(entry: str) -> JobEnd:
+    """``status`` or ``status:error`` of a script entry."""
+    status, *error = entry.split(":", 1)
+    return JobEnd(End(status), *error)
 
 
 class View:
@@ -75,7 +83,7 @@ class Scripted:
         if self.interrupt_after is not None and len(self.submitted) >= self.interrupt_after:
             raise KeyboardInterrupt
         self.submitted += [rd.id for rd in batch]
-        return [Job(rd, JobEnd(*self.script[rd.id].pop(0).split(":", 1)), self)
+        return [Job(rd, _end(self.script[rd.id].pop(0)), self)
                 for rd in batch]
 
     def wait(self, jobs, timeout: float) -> None:

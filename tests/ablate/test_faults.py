@@ -27,7 +27,7 @@ import torch
 from _gen import image_folder, write_png
 from _runner_helpers import SMALL, env, reference_ablation, write
 
-from plugdrop.ablate.errors import FAULT_EXIT
+from plugdrop.ablate.errors import Exit
 from plugdrop.cli import main
 
 CFG = SMALL.replace("epochs: 2", "epochs: 3")
@@ -130,7 +130,7 @@ def test_a_full_disk_stops_the_ablation_with_one_line_and_resume_finishes_it(tmp
         wait_for(out / "runs" / "baseline__s0" / "checkpoint.pt", proc)
         filler = fill(fs)  # another process filled the disk while the run trains
         code, err = finish(proc)
-        assert code == FAULT_EXIT
+        assert code == Exit.FAULT
         line = the_line(err)
         assert "cannot write" in line and "no space left on the device: it needs" in line
         assert "free some space" in line and line.endswith(f"--out {out} --resume")
@@ -148,7 +148,7 @@ def test_the_file_size_limit_is_one_line_and_resume_finishes_it(tmp_path, ref):
     cannot be written (EFBIG; Python ignores SIGXFSZ)."""
     out, cfg = tmp_path / "out", write(tmp_path, CFG)
     code, err = finish(start("ablate", str(cfg), "--out", str(out), fsize=16 * 1024))
-    assert code == FAULT_EXIT
+    assert code == Exit.FAULT
     line = the_line(err)
     assert "the checkpoint of run baseline__s0 (checkpoint.pt)" in line
     assert "file-size limit (ulimit -f)" in line and line.endswith("--resume")
@@ -166,7 +166,7 @@ def test_a_full_disk_under_the_processes_launcher(tmp_path, ref):
     out, cfg = tmp_path / "out", write(tmp_path, CFG)
     code, err = finish(start("ablate", str(cfg), "--out", str(out), "--launcher", "processes",
                              "--max-parallel", "1", fsize=16 * 1024))
-    assert code == FAULT_EXIT
+    assert code == Exit.FAULT
     line = the_line(err)
     assert "run baseline__s0:" in line and "file-size limit (ulimit -f)" in line
     assert "--launcher processes" in line and line.endswith("--resume")
@@ -192,7 +192,7 @@ def test_a_read_only_folder(tmp_path, ref):
         else:
             pytest.skip("root without a tmpfs: nothing here can make a folder read-only")
         code, err = finish(start("ablate", str(cfg), "--out", str(out), "--resume"))
-        assert code == FAULT_EXIT
+        assert code == Exit.FAULT
         line = the_line(err)
         assert ("the file system is read-only" in line or "permission denied" in line), line
         assert f"make {out}" in line and "writable, then continue with:" in line
@@ -345,7 +345,7 @@ def test_a_data_folder_that_vanishes_mid_run(tmp_path, images):
         code, err = finish(proc)
     finally:
         os.replace(away, data)
-    assert code == FAULT_EXIT
+    assert code == Exit.FAULT
     line = the_line(err)
     assert f"data: {data}/" in line and "No such file or directory while training" in line
     assert "remount it), then continue with:" in line and line.endswith("--resume")
@@ -395,16 +395,44 @@ def test_vanished_images_are_never_skipped_as_bad_ones(tmp_path):
 
 
 def test_a_fault_travels_from_a_job_to_the_driver():
-    from plugdrop.ablate.errors import StorageError
-    from plugdrop.ablate.worker import fault_of, fault_status
+    """A job returns how its run ended as JSON (submitit's and Ray's return values); a fault
+    keeps its message and its fix; an exit status alone gives a fault without a message."""
+    from plugdrop.ablate.errors import Exit, StorageError
+    from plugdrop.ablate.launch.protocol import End, JobEnd
+    from plugdrop.ablate.outcome import RunResult, Status
 
     e = StorageError("/x: cannot write the checkpoint (checkpoint.pt): the file system is "
                      "read-only", "make /x writable, then continue")
-    got = fault_of(fault_status(e))
-    assert got is not None and (str(got), got.fix) == (str(e), e.fix)
-    assert fault_of("finished") is None
-    plain = fault_of("fault")  # a process's exit status alone: no message came with it
-    assert plain is not None and "fault of the environment" in str(plain)
+    sent = RunResult.faulted(e)
+    got = RunResult.from_json(sent.to_json())
+    assert got == sent and got.exit_status() == Exit.FAULT
+    fault = got.as_fault()
+    assert fault is not None and (str(fault), fault.fix) == (str(e), e.fix)
+    end = JobEnd.of(got)
+    assert end.status is End.FAULT and end.fault is not None and str(end.fault) == str(e)
+    assert RunResult.from_json(RunResult.finished().to_json()).as_fault() is None
+    for junk in ("finished", "fault: {}", None, b"\x80", '{"status": "nope"}', "[]", 3):
+        assert RunResult.from_json(junk) is None, junk
+    plain = RunResult.from_exit(Exit.FAULT, "incomplete")  # an exit status alone
+    assert plain.status is Status.FAULT and "fault of the environment" in str(plain.as_fault())
+
+
+def test_a_run_result_says_its_exit_status_and_reads_one_back():
+    from plugdrop.ablate.errors import Exit
+    from plugdrop.ablate.launch.protocol import End, JobEnd
+    from plugdrop.ablate.outcome import RunResult, Status
+
+    assert [r.exit_status() for r in (RunResult.finished(), RunResult.failed("boom"),
+                                      RunResult.busy(), RunResult.stopped(10),
+                                      RunResult.stopped())] == [0, 1, 75, 138, 143]
+    assert RunResult.from_exit(1, "failed") == RunResult(Status.FAILED)
+    assert RunResult.from_exit(143, "finished") == RunResult.finished()  # the folder decides
+    assert RunResult.from_exit(Exit.BUSY, "incomplete") == RunResult.busy()
+    assert RunResult.from_exit(130, "incomplete") == RunResult.stopped(2)
+    assert RunResult.from_exit(Exit.MISTAKE, "incomplete") == RunResult.stopped()
+    assert JobEnd.of(RunResult.stopped(15)) == JobEnd(End.ENDED)
+    assert JobEnd.of(RunResult.failed("boom")) == JobEnd(End.FAILED, "boom")
+    assert RunResult.from_json(RunResult.stopped(12).to_json()) == RunResult.stopped(12)
 
 
 def test_the_writer_names_the_room_it_needed(tmp_path):

@@ -25,6 +25,7 @@ from _runner_helpers import env, write
 
 from plugdrop.ablate import config
 from plugdrop.ablate.train import signals
+from plugdrop.ablate.config import Interval
 from plugdrop.ablate.train.cadence import Cadence
 from plugdrop.cli import main
 
@@ -290,7 +291,11 @@ def test_every_scheduler_signal_raises_the_flag_and_the_old_handler_comes_back(s
                                               ("1 step", "1steps"), (False, False)])
 def test_checkpoint_every_takes_a_duration_or_steps(value, normalized):
     cfg = config.parse({"model": "m", "variants": {"a": []}, "checkpoint_every": value})
-    assert cfg.checkpoint_every == normalized
+    assert cfg.resolved()["checkpoint_every"] == normalized
+    every = cfg.checkpoint_every  # typed: the trainer reads it without parsing again
+    assert every is False or (every.steps, every.seconds) in ((500, 0.0), (1, 0.0),
+                                                              (0, 1800.0), (0, 90.0),
+                                                              (0, 7200.0))
     assert "checkpoint_every" in config.unhashed()  # changing it resumes the same runs
 
 
@@ -305,9 +310,9 @@ def test_checkpoint_every_mistakes_are_one_line(value, message):
 
 
 def test_the_cadence_counts_steps_over_the_run_and_time_on_the_clock():
-    steps = Cadence("500steps")
+    steps = Cadence(Interval.parse("500steps"))
     assert steps.due(500) == (True, False) and steps.due(501) == (False, False)
-    clock = Cadence("30min")
+    clock = Cadence(Interval.parse("30min"))
     assert clock.due(1, now=clock.last + 1799.5) == (False, False)
     assert clock.due(1, now=clock.last + 1800.5) == (False, True)
     clock.done()

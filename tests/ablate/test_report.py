@@ -37,7 +37,10 @@ def _epoch(epoch: int, acc: float, *, p: float | None = None, step: int = 10,
 
 
 def _write_run(out: Path, variant: str, seed: int, records: list[dict[str, Any]], *,
-               status: str = "finished", config_hash: str = "abc") -> Path:
+               status: str = "finished", config_hash: str | None = None) -> Path:
+    """A run's folder; ``config_hash``: the ablation's (default) or another config's."""
+    if config_hash is None:
+        config_hash = json.loads((out / "ablation.json").read_text())["config_hash"]
     d = out / "runs" / f"{variant}__s{seed}"
     d.mkdir(parents=True)
     (d / "run.json").write_text(json.dumps({"id": d.name, "variant": variant, "seed": seed,
@@ -55,14 +58,23 @@ def _write_run(out: Path, variant: str, seed: int, records: list[dict[str, Any]]
 
 def _ablation(out: Path, variants: list[str], seeds: list[int],
               baseline: str | None = "baseline") -> None:
+    """An ablation folder as ``plugdrop ablate`` prepares it: a real config (``baseline``
+    empty, the others DropBlock), stored as the jobs and the report read it."""
+    from plugdrop.ablate import config
+
+    text = "model: resnet10t\nepochs: 3\nseeds: " + json.dumps(seeds) + "\nvariants:\n" + "".join(
+        f"  {v}: []\n" if v == baseline else
+        f"  {v}: [{{layers: 'layer3.*', transform: DropBlock, p: 0.1}}]\n" for v in variants)
+    cfg = config.loads(text, "cfg.yaml")
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.json").write_text(json.dumps({
-        "format": 1, "config": {"model": "resnet10t", "epochs": 3}, "config_hash": "abc",
+        "format": 1, "config": cfg.resolved(), "config_hash": cfg.hash(),
         "variants": variants, "baseline": baseline, "seeds": seeds,
         "runs": [{"id": f"{v}__s{s}", "variant": v, "seed": s} for v in variants
                  for s in seeds],
         "versions": {"plugdrop": "0.1.0", "torch": "2.x", "timm": "1.x"},
         "data": {"name": "digits", "train": 100, "val": 50, "classes": ["0", "1"]}}))
+    config.save_config(out, cfg)
 
 
 def _three_epochs(final: float, p: float | None = None, ema: bool = False
@@ -186,7 +198,7 @@ def test_write_report_files(folder: Path) -> None:
     assert not any(r[0] == "broken" and r[1] == "1" for r in rows[1:])
 
     doc = json.loads((folder / "results.json").read_text())
-    assert doc["config"] == {"model": "resnet10t", "epochs": 3}
+    assert doc["config"]["model"] == "resnet10t" and doc["config"]["epochs"] == 3
     assert doc["versions"]["plugdrop"] == "0.1.0" and doc["data"]["name"] == "digits"
     assert doc["counts"] == {"finished": 9, "failed": 1, "incomplete": 2}
     runs = {r["id"]: r for r in doc["runs"]}
@@ -287,3 +299,25 @@ def test_failed_write_leaves_old_file_and_no_temp(folder: Path,
         write_report(folder, plots=False)
     assert (folder / "results.csv").read_bytes() == before
     assert not list(folder.rglob("*.tmp"))
+
+
+def test_the_settings_come_from_the_stored_config_through_the_loader(folder: Path) -> None:
+    """The report reads the config the runs trained with, checked by the loader: the stored
+    one; without it (an older version's folder) the one ablation.json records; a stored config
+    that is not the ablation's (changed by someone) is named, and ablation.json's read."""
+    ab = load_ablation(folder)
+    assert ab.config.decision.metric.name == "val_acc"
+    assert not any(".config.json" in w for w in ab.warnings)
+    stored = folder / ".config.json"
+    doc = json.loads(stored.read_text())
+    stored.write_text(json.dumps(dict(doc, text=doc["text"].replace("epochs: 3", "epochs: 4"))))
+    ab = load_ablation(folder)
+    assert ab.config.epochs == 3
+    assert any(w.startswith(f"{stored}: the stored config is not the one this ablation "
+                            "started with") and w.endswith("the report reads the config "
+                                                           "ablation.json records")
+               for w in ab.warnings), ab.warnings
+    stored.unlink()
+    ab = load_ablation(folder)
+    assert ab.config.epochs == 3 and not any(".config.json" in w for w in ab.warnings)
+    assert [s.verdict for s in summarize(ab)][:2] == ["baseline", "better"]

@@ -404,7 +404,7 @@ def test_compile_setting_trains_the_compiled_model_with_its_attachments(tmp_path
     from plugdrop.ablate.train import Dist, Trainer
 
     cfg = C.load(write(tmp_path, text))
-    assert cfg.compile == {"backend": "aot_eager", "mode": None}
+    assert cfg.resolved()["compile"] == {"backend": "aot_eager", "mode": None}
     trainer = Trainer.create(cfg, cfg.variant("dropblock"), 0, load_data(cfg), Dist(), 0)
     try:
         assert type(trainer.net).__name__ == "OptimizedModule" and trainer.net is not \

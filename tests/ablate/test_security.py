@@ -24,7 +24,7 @@ import pytest
 import torch
 from _runner_helpers import SMALL, env, reference_ablation, write
 
-from plugdrop.ablate.errors import FAULT_EXIT
+from plugdrop.ablate.errors import Exit
 from plugdrop.ablate.runs import CheckpointRefused, load_checkpoint
 from plugdrop.cli import main
 
@@ -234,7 +234,7 @@ def test_a_planted_link_for_a_runs_lock_is_never_followed(out, tmp_path, capsys)
     lock.unlink(missing_ok=True)
     lock.symlink_to(victim)
     code, err = resume(out, capsys)
-    assert code == FAULT_EXIT and victim.read_text() == "precious\n"
+    assert code == Exit.FAULT and victim.read_text() == "precious\n"
     line = next(x for x in err.splitlines() if x.startswith("plugdrop ablate: "))
     assert f"cannot write the run's lock (.lock): it is a symbolic link" in line
     assert f"remove the link {lock}" in line and line.endswith("--resume")
@@ -246,7 +246,7 @@ def test_a_planted_link_for_a_run_folder_is_never_written_through(out, tmp_path,
     (out / "runs" / RUN).symlink_to(victim)
     before = {p.name: p.read_bytes() for p in victim.iterdir()}
     code, err = resume(out, capsys)
-    assert code == FAULT_EXIT, err
+    assert code == Exit.FAULT, err
     assert {p.name: p.read_bytes() for p in victim.iterdir()} == before
     assert f"cannot write the run's folder ({RUN}): it is a symbolic link" in err, err
 
@@ -258,7 +258,7 @@ def test_a_planted_link_for_an_appended_record_is_never_followed(out, tmp_path, 
     path.unlink()
     path.symlink_to(victim)
     code, err = resume(out, capsys)
-    assert code == FAULT_EXIT and victim.read_text() == "precious\n"
+    assert code == Exit.FAULT and victim.read_text() == "precious\n"
     assert "cannot write the attempts of run dropblock__s0 (attempts.jsonl): it is a symbolic " \
            "link" in err
 

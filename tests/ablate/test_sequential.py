@@ -11,9 +11,23 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from plugdrop.ablate.config import METRICS, DecisionRule, SeedPlan
 from plugdrop.ablate.report import sequential as S
 
-PLAN = S.Plan(min=3, max=12)
+
+def Plan(min: int, max: int, step: int = 1) -> SeedPlan:
+    return SeedPlan(min=min, max=max, step=step)
+
+
+def Design(plan: SeedPlan, base: str, variants: tuple[str, ...], *, alpha: float = 0.05,
+           margin: float = 0.5, higher_is_better: bool = True) -> S.Design:
+    """A design deciding on accuracy (percentage points), or on a loss (nats) when lower is
+    better."""
+    metric = METRICS["val_acc" if higher_is_better else "val_nll"]
+    return S.Design(plan, base, variants, DecisionRule(metric, alpha, margin))
+
+
+PLAN = Plan(min=3, max=12)
 VARIANTS = ("a", "b", "c")
 SIMS = 2000
 
@@ -33,7 +47,7 @@ def _values(rng: np.random.Generator, effects: dict[str, float]) -> dict[str, di
 def _simulate(effects: dict[str, float], seed: int = 0) -> tuple[float, float, float]:
     """(share of ablations with a false or any better/worse verdict, mean seeds per variant,
     share of variants called better)."""
-    design = S.Design(PLAN, "base", tuple(effects), alpha=0.05, margin=0.5)
+    design = Design(PLAN, "base", tuple(effects), alpha=0.05, margin=0.5)
     rng = np.random.default_rng(seed)
     wrong = better = 0
     used: list[int] = []
@@ -74,7 +88,7 @@ def test_a_true_effect_is_decided_with_fewer_seeds_than_a_fixed_design_of_its_po
 
 
 def _design(**kw) -> S.Design:
-    return S.Design(S.Plan(min=3, max=6), "base", ("good", "bad", "same"), **kw)
+    return Design(Plan(min=3, max=6), "base", ("good", "bad", "same"), **kw)
 
 
 def _vals(offsets: dict[str, float | None], seeds=range(6), spread=0.01) -> dict:
@@ -97,7 +111,7 @@ def test_rules_better_worse_equivalent_at_the_first_look_and_the_baseline_runs_o
 
 
 def test_an_open_variant_gets_more_seeds_and_an_undecided_one_ends_inconclusive():
-    d = S.Design(S.Plan(min=3, max=5), "base", ("noisy",), margin=0.1)
+    d = Design(Plan(min=3, max=5), "base", ("noisy",), margin=0.1)
     base = {s: 0.90 for s in range(5)}
     noisy = {s: 0.90 + (0.02 if s % 2 else -0.02) for s in range(5)}
     rep = d.replay({"base": {0: 0.9, 1: 0.9, 2: 0.9}, "noisy": {0: 0.88, 1: 0.92, 2: 0.88}})
@@ -111,7 +125,7 @@ def test_an_open_variant_gets_more_seeds_and_an_undecided_one_ends_inconclusive(
 
 def test_the_values_of_a_grid_race_and_other_variants_do_not():
     top, low, other = "g[p=0.1]", "g[p=0.3]", "other"
-    d = S.Design(S.Plan(min=3, max=8), "base", (top, low, other), margin=0.01)
+    d = Design(Plan(min=3, max=8), "base", (top, low, other), margin=0.01)
     seeds = range(3)
     base = {s: 0.90 + 0.01 * (s % 2) for s in seeds}
     noise = [0.005, 0.007, 0.006]  # above 0, not clearly: open against the baseline
@@ -128,14 +142,14 @@ def test_the_values_of_a_grid_race_and_other_variants_do_not():
 
 
 def test_failed_runs_count_as_ended_and_lower_is_better_metrics():
-    d = S.Design(S.Plan(min=3, max=3), "base", ("v",), higher_is_better=False, scale=1.0,
-                 margin=0.01)
+    d = Design(Plan(min=3, max=3), "base", ("v",), higher_is_better=False,
+               margin=0.01)
     rep = d.replay({"base": {0: 1.0, 1: 1.1, 2: None}, "v": {0: 0.5, 1: 0.55, 2: 0.6}})
     assert rep.complete and rep.decisions["v"].n == 2  # seed 2's baseline failed
     assert rep.decisions["v"].mean == pytest.approx(0.525)  # lower loss: positive = better
     # The reasons speak of the interval a user sees: the loss minus the baseline's.
-    d3 = S.Design(S.Plan(min=3, max=3), "base", ("low", "high"), higher_is_better=False,
-                  scale=1.0, margin=0.01)
+    d3 = Design(Plan(min=3, max=3), "base", ("low", "high"), higher_is_better=False,
+                margin=0.01)
     base = {0: 1.0, 1: 1.1, 2: 1.05}
     rep = d3.replay({"base": base, "low": {s: x - 0.5 + 0.01 * s for s, x in base.items()},
                      "high": {s: x + 0.5 - 0.01 * s for s, x in base.items()}})
@@ -150,8 +164,8 @@ def test_failed_runs_count_as_ended_and_lower_is_better_metrics():
 
 
 def test_spending_adds_up_to_alpha():
-    for plan in (S.Plan(3, 12), S.Plan(2, 9, step=3), S.Plan(5, 5)):
-        w = plan.weights()
+    for plan in (Plan(3, 12), Plan(2, 9, step=3), Plan(5, 5)):
+        w = S.weights(plan)
         assert len(w) == len(plan.looks()) and sum(w) == pytest.approx(1.0)
         assert all(x > 0 for x in w)
-    assert S.Plan(2, 9, step=3).looks() == [2, 5, 8, 9]
+    assert Plan(2, 9, step=3).looks() == [2, 5, 8, 9]

@@ -295,6 +295,7 @@ def test_a_submission_sbatch_refuses_is_one_line(tmp_path):
     fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid "
                     "partition name specified' >&2\nexit 1\n")
     fake.chmod(0o755)
+    (bin_ / "srun").symlink_to(fake)  # submitit's Slurm executor looks for srun too
     run_env = dict(env(), PATH=f"{bin_}:{env()['PATH']}")
     done = subprocess.run(
         [sys.executable, "-m", "plugdrop", "ablate", str(write(tmp_path, SMALL)), "--out",
@@ -310,3 +311,51 @@ def test_a_submission_sbatch_refuses_is_one_line(tmp_path):
                     "partition with --slurm-partition, or train on this machine with "
                     "--slurm-cluster local"], done.stderr
     assert done.stderr.count("Invalid partition name") == 1  # submitit's print is not shown
+
+
+def _bin(tmp_path: Path, **commands: int) -> Path:
+    """A folder of stand-in commands, each exiting with its status."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, status in commands.items():
+        (bin_ / name).write_text(f"#!/bin/sh\nexit {status}\n")
+        (bin_ / name).chmod(0o755)
+    return bin_
+
+
+def test_slurm_chosen_where_slurm_is_missing_is_one_line(tmp_path):
+    """``--slurm-cluster slurm`` on a machine without ``sbatch``/``srun``: one line naming
+    them and the way out, exit status 2, before any data is loaded (submitit's own answer is
+    a ``RuntimeError`` traceback)."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    done = subprocess.run(
+        [sys.executable, "-m", "plugdrop", "ablate", str(write(tmp_path, SMALL)), "--out",
+         str(tmp_path / "out"), "--launcher", "submitit", "--slurm-cluster", "slurm"],
+        capture_output=True, text=True, env=dict(env(), PATH=str(_bin(tmp_path))),
+        timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+    assert done.stderr.strip().splitlines() == [
+        "plugdrop ablate: --launcher submitit --slurm-cluster slurm: Slurm's sbatch and srun "
+        "are not on this machine (PATH); submit from a Slurm login node, or train on this "
+        "machine with --slurm-cluster local or --launcher processes"]
+
+
+def test_auto_picks_slurm_only_where_it_answers(tmp_path, monkeypatch):
+    """``--slurm-cluster auto``: Slurm's commands installed but no controller answering
+    (``sinfo`` fails) trains here; ``sinfo`` answering submits to Slurm."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    from plugdrop.ablate.errors import ConfigError
+    from plugdrop.ablate.launch.submitit import slurm_cluster
+
+    monkeypatch.setenv("PATH", str(_bin(tmp_path, sbatch=0, srun=0, sinfo=1)))
+    assert slurm_cluster("auto") == "local"
+    assert slurm_cluster("slurm") == "slurm" and slurm_cluster("local") == "local"
+    monkeypatch.setenv("PATH", str(_bin(tmp_path, sinfo=0)))
+    assert slurm_cluster("auto") == "slurm"
+    (tmp_path / "bin" / "srun").unlink()
+    assert slurm_cluster("auto") == "local"
+    with pytest.raises(ConfigError, match=r"Slurm's srun is not on this machine"):
+        slurm_cluster("slurm")
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert slurm_cluster("auto") == "local"

@@ -13,8 +13,10 @@ identical. Floating-point results may differ by a few units in their last place
 (:data:`RTOL`): a reduction (a norm, a convolution) sums in an order that depends on the CPU's
 vector width, so another machine may round differently, while anything a change of behaviour
 moves (a mask, a scale, a schedule, a seed) moves by far more. The ablation trains a float64
-copy of the tiny network, so that such rounding stays near 1e-16 through two epochs of
-training instead of growing into float32's last bits.
+copy of the tiny network, so that such rounding does not grow through two epochs of training;
+its images and watch statistics are float32, though, and another CPU rounds those in their last
+bits (seen: 2.4e-7 relative on an AMD EPYC against numbers stored on another machine), so the
+ablation's numbers are held to :data:`ABLATION_RTOL`, a few float32 units.
 """
 
 from __future__ import annotations
@@ -83,8 +85,12 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> str | None:
         return "its zeros (or NaNs) moved: another mask"
     g, w = got.double().nan_to_num(), want.double().nan_to_num()
     diff = (g - w).abs()
-    bad = diff > RTOL[got.dtype] * w.abs().clamp(min=1e-6 if got.dtype == torch.float32
-                                                  else 1e-12)
+    # An element near cancellation (a gradient summed from terms of both signs) moves by a few
+    # units in the last place of the tensor's scale on another CPU (another SIMD width, another
+    # summation order), not of its own: elements below a tenth of the largest are held to the
+    # tolerance at that tenth.
+    floor = max(1e-6 if got.dtype == torch.float32 else 1e-12, 0.1 * float(w.abs().max()))
+    bad = diff > RTOL[got.dtype] * w.abs().clamp(min=floor)
     if not bad.any():
         return None
     d, g, w = (diff * bad).flatten(), g.flatten(), w.flatten()
@@ -101,7 +107,20 @@ def _moved(got: torch.Tensor, want: Any) -> str | None:
         return f"{mine['dtype']} {mine['shape']} instead of {want['dtype']} {want['shape']}"
     if mine["zeros"] != want["zeros"]:
         return f"{mine['zeros']} zeros instead of {want['zeros']}: another mask"
-    return _close(mine["sample"], want["sample"]) or _close(mine["sums"], want["sums"])
+    moved = _close(mine["sample"], want["sample"])
+    if moved is not None:
+        return moved
+    # The sums (in float64) of the tensor's own values: each value may move by a few units in
+    # the last place of its dtype, independently, so a sum by that times the mean magnitude
+    # times sqrt(n) (a random walk); one value moved by more than rounding still shows.
+    n = math.prod(want["shape"])
+    tol = (RTOL[getattr(torch, want["dtype"].removeprefix("torch."))]
+           * float(want["sums"][1]) / math.sqrt(max(n, 1)))
+    delta = (mine["sums"] - want["sums"]).abs().max()
+    if float(delta) > tol:
+        return (f"its sum moved by {float(delta):.3g} ({mine['sums'].tolist()} instead of "
+                f"{want['sums'].tolist()})")
+    return None
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -128,6 +147,9 @@ def test_the_comparison_catches_a_moved_mask_and_a_moved_scale():
     other = big.clone()
     other[5] = 0
     assert "another mask" in (_moved(other, _kept(big)) or "")
+    nudged = big.clone()
+    nudged[5] += 0.01  # between the sampled elements: the sums show it
+    assert "sum moved" in (_moved(nudged, _kept(big)) or "")
     assert _moved(torch.tensor([1, 2]), torch.tensor([2, 1])) == "2 of 2 values differ"
 
 
@@ -156,8 +178,9 @@ variants:
 TIMING = ("epoch_time", "images_per_s")
 #: the same in the report's summary
 REPORT_TIMING = ("epoch_time", "time_vs_baseline", "epoch_time_includes_first_epoch")
-#: relative tolerance of the ablation's numbers (float64 training; see the module's doc)
-ABLATION_RTOL = 1e-9
+#: relative tolerance of the ablation's numbers: float64 training on float32 images, with
+#: float32 watch statistics (a few float32 units in the last place; see the module's doc)
+ABLATION_RTOL = 2e-6
 
 
 def _records(out: Path, run: str) -> list[dict[str, Any]]:
@@ -275,7 +298,7 @@ def test_config_resolution_and_hashes_are_golden(update_golden):
 
     for key, entry in got.items():
         for name in set(entry["resolved"]) - set(want.get(key, {}).get("resolved", {})):
-            default = json.loads(json.dumps(schema.default(name), default=list))
+            default = schema.resolved_default(name)
             assert entry["resolved"].pop(name) == default, f"{key}: {name} is not its default"
     moved: list[str] = []
     _compare("configs", got, want, moved)

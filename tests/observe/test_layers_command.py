@@ -100,3 +100,11 @@ def test_a_torchvision_name_without_its_module_is_named_in_full(capsys):
     assert "a torchvision one: plugdrop layers torchvision.models.detection:" \
            "fasterrcnn_mobilenet_v3_large_fpn" in _one_line(capsys)
 
+
+
+def test_a_factory_that_builds_no_module_is_one_line(capsys):
+    """``plugdrop layers os:getcwd``: the factory returns a string, not a model."""
+    assert main(["layers", "os:getcwd"]) == 2
+    assert _one_line(capsys) == ("plugdrop layers: model 'os:getcwd': the factory returned "
+                                 "str, not a torch.nn.Module; give a function that builds the "
+                                 "model\n")

@@ -1,8 +1,10 @@
 """Configuration of an ablation: the settings table (:mod:`.schema`), YAML read with the place
 of every value (:mod:`.locations`), attachments and their values (:mod:`.attachments`,
 :mod:`.values`), variants and grids (:mod:`.variants`), command-line overrides
-(:mod:`.overrides`), the loader (:mod:`.loader`), the config as plain data for the jobs
-(:mod:`.stored`) and the generated settings reference (:mod:`.reference`).
+(:mod:`.overrides`), the loader (:mod:`.loader`), the typed values a check returns
+(:mod:`.types`, :mod:`.metrics`), the checks that need several settings (:mod:`.together`),
+the config as plain data for the jobs and the report (:mod:`.stored`) and the generated
+settings reference (:mod:`.reference`).
 
     >>> cfg = load("examples/digits.yaml", parse_overrides(["epochs=2"]))
     >>> cfg.runs()[:2]
@@ -10,15 +12,21 @@ of every value (:mod:`.locations`), attachments and their values (:mod:`.attachm
 """
 
 from .attachments import Attachment
+from .metrics import AUTO, METRICS, DecisionRule, Metric
 from .loader import load, loads, parse
 from .overrides import Override, flag, parse_overrides
 from .reference import BEGIN_MARK, END_MARK, flag_name, reference
 from .schema import AblationConfig, Setting, settings, unhashed
-from .stored import restore, stored
+from .stored import CONFIG_FILE, load_settings, load_stored, restore, save_config, stored
+from .together import batch_per_process, check_classes, check_shard
+from .types import CompileSpec, GradCamSpec, Interval, SeedPlan
 from .values import build_value, schedule_names, transform_names
 from .variants import VARIANT_NAME, Variant
 
-__all__ = ["AblationConfig", "Attachment", "BEGIN_MARK", "END_MARK", "Override", "Setting", "VARIANT_NAME", "Variant",
-           "build_value", "flag", "flag_name", "load", "loads", "parse", "parse_overrides",
-           "reference", "restore", "schedule_names", "settings", "stored", "transform_names",
+__all__ = ["AUTO", "AblationConfig", "Attachment", "BEGIN_MARK", "CONFIG_FILE", "CompileSpec",
+           "DecisionRule", "END_MARK", "GradCamSpec", "Interval", "METRICS", "Metric",
+           "Override", "SeedPlan", "Setting", "VARIANT_NAME", "Variant", "batch_per_process",
+           "build_value", "check_classes", "check_shard", "flag",
+           "flag_name", "load", "load_settings", "load_stored", "loads", "parse", "parse_overrides", "reference",
+           "restore", "save_config", "schedule_names", "settings", "stored", "transform_names",
            "unhashed"]

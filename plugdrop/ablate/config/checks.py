@@ -1,6 +1,8 @@
 """The checks of the settings table (:mod:`.schema`): each takes the :class:`Value` of one
 setting, raises a located one-line error naming what it must be, and returns the value
-normalized (``ema: true`` -> ``0.9998``, ``seeds: 3`` -> ``(3,)``).
+as the config carries it: plain numbers and words, or the typed values of :mod:`.types` and
+:mod:`.metrics` (``ema: true`` -> ``0.9998``, ``seeds: 3`` -> ``(3,)``, ``checkpoint_every:
+500steps`` -> ``Interval(500, "steps")``), so that no other room parses a setting again.
 
 Generic checks are made by :func:`integer`, :func:`number`, :func:`choice`, :func:`boolean`
 and :func:`text`; the rest are written for one setting each.
@@ -10,10 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeGuard
 
 from ..errors import ConfigError
 from .locations import Loc, LocDict, fail, plain, suggest
+from .metrics import METRICS
+from .types import CompileSpec, GradCamSpec, Interval, SeedPlan
 
 __all__ = ["Check", "Value", "boolean", "choice", "integer", "number", "text"]
 
@@ -41,11 +46,11 @@ class Value:
 Check = Callable[[Value], Any]
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def is_num(v: Any) -> bool:
+def is_num(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -105,29 +110,26 @@ def amp(v: Value) -> Any:
     return v.value
 
 
-#: the keys of an adaptive seed plan, with their defaults (``None``: required)
-SEED_PLAN = {"min": 3, "max": None, "step": 1, "first": 0}
-
-
 def seeds(v: Value) -> Any:
-    """A list of distinct seeds (a fixed design), or ``{min, max, step, first}`` (an adaptive
-    one: seeds ``first, first + 1, ...``, ``min`` in the first round and ``step`` more per round
-    while a variant is undecided, ``max`` at most)."""
+    """A list of distinct seeds (a fixed design: a tuple), or ``{min, max, step, first}`` (an
+    adaptive one: a :class:`~.types.SeedPlan`)."""
     if isinstance(v.value, Mapping):
-        unknown = [k for k in v.value if k not in SEED_PLAN]
+        keys = SeedPlan.KEYS
+        unknown = [k for k in v.value if k not in keys]
         if unknown:
             raise fail(v.at(unknown[0]), f"seeds has no setting {unknown[0]!r}"
-                                         f"{suggest(unknown[0], SEED_PLAN)}; an adaptive design "
+                                         f"{suggest(unknown[0], keys)}; an adaptive design "
                                          f"takes min, max, step and first")
-        plan = {k: v.value.get(k, d) for k, d in SEED_PLAN.items()}
-        for k, low in (("min", 2), ("max", 2), ("step", 1), ("first", 0)):
-            if not is_int(plan[k]) or plan[k] < low:
-                raise fail(v.at(k), f"seeds {k} must be an integer >= {low}, got {plan[k]!r}"
+        for k, low in keys.items():
+            given = v.value.get(k)
+            if (k in v.value or k == "max") and (not is_int(given) or given < low):
+                raise fail(v.at(k), f"seeds {k} must be an integer >= {low}, got {given!r}"
                                     + (" (give the most seeds a variant may get)"
-                                       if k == "max" and plan[k] is None else ""))
-        if plan["max"] < plan["min"]:
-            raise fail(v.at("max"), f"seeds max ({plan['max']}) is less than min "
-                                    f"({plan['min']}); give max >= min")
+                                       if k == "max" and given is None else ""))
+        plan = SeedPlan(**{k: v.value[k] for k in keys if k in v.value})
+        if plan.max < plan.min:
+            raise fail(v.at("max"), f"seeds max ({plan.max}) is less than min "
+                                    f"({plan.min}); give max >= min")
         return plan
     if is_int(v.value):
         v.value = [v.value]
@@ -187,13 +189,15 @@ def pretrained(v: Value) -> Any:
 
 
 def data(v: Value) -> Any:
+    """What ``data:`` names, as a :class:`~plugdrop.ablate.data.DataSpec` (nothing read)."""
     from ..data import parse_data_spec
 
+    written = plain(v.value)
     try:
-        parse_data_spec(plain(v.value))
+        spec = parse_data_spec(written)
     except ConfigError as e:
         raise v.fail(str(e)) from None
-    return v.value
+    return replace(spec, written=written)
 
 
 def workers(v: Value) -> Any:
@@ -224,19 +228,20 @@ def watch(v: Value) -> Any:
 
 
 def gradcam(v: Value) -> Any:
+    """``auto``, false, or a :class:`~.types.GradCamSpec` (a layer name, ``{layer, images}``)."""
     if isinstance(v.value, str) and v.value != "auto":
-        v.value = {"layer": v.value}
+        return GradCamSpec(layer=v.value)
     if isinstance(v.value, Mapping):
         unknown = set(v.value) - {"layer", "images"}
         if unknown:
             raise v.fail(f"gradcam has no setting {sorted(unknown)[0]!r}; it takes layer and "
                          f"images")
-        images = v.value.get("images", 8)
-        if not (is_int(images) and images >= 1):
+        images = v.value.get("images")
+        if "images" in v.value and not (is_int(images) and images >= 1):
             raise fail(v.at("images"), f"gradcam images must be an integer >= 1, got "
                                        f"{images!r}; use gradcam: false for none")
         v.need(isinstance(v.value.get("layer", "auto"), str), "{layer: NAME, images: N}")
-        return v.value
+        return GradCamSpec(layer=v.value.get("layer"), images=images)
     v.need(v.value in ("auto", False, None), "auto, false, a layer name or {layer, images}")
     return False if v.value is None else v.value
 
@@ -256,18 +261,18 @@ _COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no
 
 def compile_model(v: Value) -> Any:
     """``false`` | ``true`` (inductor) | a backend name | ``{backend, mode}`` ->
-    ``false`` or ``{backend, mode}``."""
+    ``false`` or a :class:`~.types.CompileSpec`."""
     import torch
 
     if v.value is None or v.value is False:
         return False
     if v.value is True:
-        v.value = {"backend": "inductor"}
+        v.value = {"backend": CompileSpec.backend}
     elif isinstance(v.value, str):
         v.value = {"backend": v.value}
     v.need(isinstance(v.value, Mapping) and not set(v.value) - {"backend", "mode"},
            "true, false, a torch.compile backend or {backend: NAME, mode: MODE}")
-    backend = v.value.get("backend", "inductor")
+    backend = v.value.get("backend", CompileSpec.backend)
     known = torch.compiler.list_backends(exclude_tags=())
     if backend not in known:
         raise fail(v.at("backend"), f"compile: {backend!r} is no torch.compile backend"
@@ -277,15 +282,14 @@ def compile_model(v: Value) -> Any:
     if mode is not None and mode not in _COMPILE_MODES:
         raise fail(v.at("mode"), f"compile mode must be one of {', '.join(_COMPILE_MODES)}, "
                                  f"got {mode!r}{suggest(mode, _COMPILE_MODES)}")
-    return {"backend": backend, "mode": mode}
+    return CompileSpec(backend, mode)
 
 
 def decide_on(v: Value) -> Any:
-    from ..report.sequential import DECISION_METRICS
-
-    v.need(v.value in DECISION_METRICS, " | ".join(DECISION_METRICS),
-           suggest(v.value, DECISION_METRICS) if isinstance(v.value, str) else "")
-    return v.value
+    """One of :data:`~.metrics.METRICS`, as its :class:`~.metrics.Metric`."""
+    v.need(v.value in METRICS, " | ".join(METRICS),
+           suggest(v.value, METRICS) if isinstance(v.value, str) else "")
+    return METRICS[v.value]
 
 
 def margin(v: Value) -> Any:
@@ -293,35 +297,14 @@ def margin(v: Value) -> Any:
     return v.value if v.value == "auto" else float(v.value)
 
 
-_EVERY = re.compile(r"(\d+(?:\.\d+)?)\s*(s|sec|secs|m|min|mins|h|hour|hours|steps?)")
-_UNIT = {"s": "s", "sec": "s", "secs": "s", "m": "min", "min": "min", "mins": "min", "h": "h",
-         "hour": "h", "hours": "h", "step": "steps", "steps": "steps"}
-
-
-def interval(value: Any) -> tuple[str, float] | None:
-    """``checkpoint_every``'s value (normalized by :func:`checkpoint_every`) as ``("seconds",
-    n)`` or ``("steps", n)``; ``None`` for false (epoch ends only)."""
-    if value is False or value is None:
-        return None
-    found = _EVERY.fullmatch(str(value).strip().lower())
-    if found is None:
-        raise ValueError(f"not an interval: {value!r}")
-    amount, unit = float(found.group(1)), _UNIT[found.group(2)]
-    if unit == "steps":
-        return "steps", amount
-    return "seconds", amount * {"s": 1, "min": 60, "h": 3600}[unit]
-
-
 def checkpoint_every(v: Value) -> Any:
-    what = ("a duration such as 30min, 90s or 2h, a number of optimizer steps such as 500steps, "
-            "or false (at epoch ends only)")
+    """An :class:`~.types.Interval`, or false (at epoch ends only)."""
     if v.value is False or v.value is None:
         return False
-    found = _EVERY.fullmatch(v.value.strip().lower()) if isinstance(v.value, str) else None
-    if found is None or float(found.group(1)) <= 0:
-        v.need(False, what, " (give a unit: 30min, 500steps)" if is_num(v.value) else "")
-        return False  # not reached: need raised
-    unit = _UNIT[found.group(2)]
-    if unit == "steps":
-        v.need(found.group(1).isdigit(), "a whole number of steps, such as 500steps")
-    return f"{found.group(1)}{unit}"
+    if not isinstance(v.value, str):
+        v.need(False, Interval.WHAT, " (give a unit: 30min, 500steps)" if is_num(v.value) else "")
+    try:
+        return Interval.parse(v.value)
+    except ValueError as e:
+        v.need(False, str(e))
+        raise  # not reached: need raised

@@ -19,6 +19,7 @@ from .checks import Value
 from .locations import Loc, LocDict, fail, plain, suggest, yaml_text
 from .overrides import Override, apply, stored_override
 from .schema import AblationConfig, settings
+from .together import check_together
 from .variants import parse_variants
 
 __all__ = ["load", "loads", "parse"]
@@ -56,7 +57,9 @@ def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = ()
         raise fail(root_loc, "the config needs 'model:' (a timm model name such as resnet18)")
     options["variants"] = parse_variants(raw.get("variants"),
                                          raw.at("variants") if "variants" in raw else root_loc)
-    return AblationConfig(**options, source=source, locs=locs, origin=origin)
+    cfg = AblationConfig(**options, source=source, locs=locs, origin=origin)
+    check_together(cfg)
+    return cfg
 
 
 def _yaml_of(raw: Any) -> str:

@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from ..data import AUGMENT_KEYS
+from ..data import AUGMENT_KEYS, DataSpec
 from . import checks as C
-from .locations import plain
+from .metrics import AUTO, METRICS, DecisionRule, Metric
+from .types import CompileSpec, GradCamSpec, Interval, SeedPlan, to_plain
 from .variants import Variant
 
 __all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "Setting", "default", "fingerprint",
-           "setting", "settings", "unhashed"]
+           "resolved_default", "setting", "settings", "unhashed"]
 
 #: the groups of the settings reference, in order
 GROUPS = ("Model", "Data", "Optimization", "Runs", "Decisions")
@@ -94,8 +95,9 @@ class AblationConfig:
         None, group="Model", check=C.pretrained,
         help="a checkpoint path to fine-tune from, or `true` for timm's cached weights")
     # -- data -------------------------------------------------------------------------------
-    data: Any = setting(
-        "digits", group="Data", check=C.data,
+    data: DataSpec = setting(
+        DataSpec("digits", "digits", written="digits"), group="Data", check=C.data,
+        shown="digits",
         help="`digits` (embedded), an ImageFolder path, or `{name: CIFAR10, root: PATH}`")
     image_size: int = setting(32, group="Data", check=C.integer(1),
                               help="side of the square images the model sees, in pixels")
@@ -159,7 +161,7 @@ class AblationConfig:
              "gradient transforms receive as `scaler=`)")
     channels_last: bool = setting(False, group="Optimization", check=C.boolean,
                                   help="train in the channels-last memory format")
-    compile: Mapping[str, Any] | bool = setting(
+    compile: CompileSpec | bool = setting(
         False, group="Optimization", check=C.compile_model, hashed=False,
         help="`torch.compile` the model: `true` (inductor), a backend name, or `{backend, "
              "mode}`; plugdrop's attachments are compiled with it (a schedule ramps without "
@@ -169,7 +171,7 @@ class AblationConfig:
         help="timm's `ModelEmaV3`: `true` (decay 0.9998) or a decay; its accuracy is "
              "reported beside the raw model's")
     # -- runs -------------------------------------------------------------------------------
-    seeds: tuple[int, ...] | Mapping[str, int] = setting(
+    seeds: tuple[int, ...] | SeedPlan = setting(
         (0,), group="Runs", check=C.seeds, flag=int, many=True, subflags=("min", "max"),
         help="a list of distinct integers (a fixed design: each trains every variant; the same "
              "seed, the same initial weights and data order), or `{min: 3, max: 12}` (an "
@@ -183,31 +185,32 @@ class AblationConfig:
         "auto", group="Runs", check=C.watch,
         help="layers whose statistics are recorded per epoch; `auto`: every layer a variant "
              "regularizes; false: none")
-    gradcam: Any = setting(
+    gradcam: GradCamSpec | str | bool = setting(
         "auto", group="Runs", check=C.gradcam,
         help="Grad-CAM overlays of the first seed of each variant: `auto` (the last "
              "regularized layer with a map of at least 4x4), a layer name, `{layer, images}` "
              "or false")
     log: tuple[str, ...] = setting((), group="Runs", check=C.log, hashed=False, shown="[]",
                                    help="`[tensorboard]`: event files in each run folder")
-    checkpoint_every: str | bool = setting(
-        "10min", group="Runs", check=C.checkpoint_every, hashed=False,
+    checkpoint_every: Interval | bool = setting(
+        Interval(10, "min"), group="Runs", shown="10min", check=C.checkpoint_every, hashed=False,
         help="a checkpoint in the middle of an epoch this often (`30min`, `90s`, `2h`) or every "
              "so many optimizer steps (`500steps`), besides every epoch end; a signal (SIGTERM, "
              "SIGUSR1/2) also checkpoints at the next step; a resumed run continues at that "
              "step. `false`: at epoch ends only")
     # -- decisions --------------------------------------------------------------------------
-    decide_on: str = setting(
-        "val_acc", group="Decisions", check=C.decide_on, hashed=AWAY_FROM_DEFAULT,
-        help="the metric of the last epoch the verdicts compare: val_acc, val_top5, val_loss, "
-             "val_nll, val_ece (calibration error), gap (train minus validation accuracy; the "
-             "train accuracy in eval mode on as many training images as the validation set "
-             "holds, with augment's transform when set), val_acc_ema")
+    decide_on: Metric = setting(
+        METRICS["val_acc"], group="Decisions", check=C.decide_on, hashed=AWAY_FROM_DEFAULT,
+        shown="val_acc",
+        help="the metric of the last epoch the verdicts compare: " + "; ".join(
+            f"`{m.name}`, {m.help}" for m in METRICS.values()))
     margin: float | str = setting(
-        "auto", group="Decisions", check=C.margin, hashed=AWAY_FROM_DEFAULT,
+        AUTO, group="Decisions", check=C.margin, hashed=AWAY_FROM_DEFAULT,
         help="a difference smaller than this is no difference (equivalence), in the decision "
              "metric's units as shown: percentage points for accuracies, the calibration "
-             "error and the gap, nats for losses; `auto`: 0.5 pp, or 0.01 nats for a loss")
+             "error and the gap, nats for losses; `auto`: " + ", or ".join(sorted(
+                 {f"{m.auto_margin:g} {'pp' if m.percent else 'nats for a loss'}"
+                  for m in METRICS.values()}, reverse=True)))
     alpha: float = setting(
         0.05, group="Decisions", check=C.number("in (0, 0.5)", lambda v: 0 < v < 0.5),
         hashed=AWAY_FROM_DEFAULT,
@@ -240,14 +243,31 @@ class AblationConfig:
     def seed_list(self) -> tuple[int, ...]:
         """Every seed a run may use: the list of a fixed design, or ``first .. first + max - 1``
         of an adaptive one."""
-        if isinstance(self.seeds, Mapping):
-            return tuple(range(self.seeds["first"], self.seeds["first"] + self.seeds["max"]))
+        if isinstance(self.seeds, SeedPlan):
+            return tuple(self.seeds.seeds())
         return tuple(self.seeds)
 
     @property
     def adaptive(self) -> bool:
         """Whether the seeds are an adaptive plan (``{min, max}``)."""
-        return isinstance(self.seeds, Mapping)
+        return isinstance(self.seeds, SeedPlan)
+
+    @property
+    def plan(self) -> SeedPlan | None:
+        """The adaptive design's seeds, ``None`` for a fixed design."""
+        return self.seeds if isinstance(self.seeds, SeedPlan) else None
+
+    @property
+    def decision(self) -> DecisionRule:
+        """How verdicts are decided: ``decide_on``, ``alpha`` and ``margin`` (resolved)."""
+        return DecisionRule(self.decide_on, self.alpha, self.margin)
+
+    @property
+    def gradcam_at(self) -> GradCamSpec | None:
+        """Where Grad-CAM overlays are drawn, ``None`` for none (``gradcam: false``)."""
+        if self.gradcam is False:
+            return None
+        return self.gradcam if isinstance(self.gradcam, GradCamSpec) else GradCamSpec()
 
     def runs(self) -> list[tuple[str, int]]:
         """Every (variant, seed) that may train, in training order."""
@@ -259,13 +279,8 @@ class AblationConfig:
 
     def resolved(self) -> dict[str, Any]:
         """The whole config with defaults filled in, as plain JSON-able data."""
-        out: dict[str, Any] = {}
-        for name in settings():
-            if name == "variants":
-                continue
-            value = getattr(self, name)
-            out[name] = list(value) if isinstance(value, tuple) else plain(
-                dict(value) if isinstance(value, Mapping) else value)
+        out: dict[str, Any] = {name: to_plain(getattr(self, name)) for name in settings()
+                               if name != "variants"}
         out["variants"] = {v.name: [a.describe() for a in v.attachments]
                            for v in self.variants}
         return out
@@ -308,16 +323,15 @@ def fingerprint(resolved: Mapping[str, Any], table: Mapping[str, Setting]) -> st
     r = dict(resolved)
     for name, s in table.items():
         if s.hashed is False or (s.hashed == AWAY_FROM_DEFAULT
-                                 and r.get(name) == _resolved_default(name)):
+                                 and r.get(name) == resolved_default(name)):
             r.pop(name, None)
     blob = json.dumps(r, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _resolved_default(name: str) -> Any:
-    value = default(name)
-    return list(value) if isinstance(value, tuple) else plain(
-        dict(value) if isinstance(value, Mapping) else value)
+def resolved_default(name: str) -> Any:
+    """The default of setting ``name`` as the resolved config writes it (plain data)."""
+    return to_plain(default(name))
 
 
 def unhashed() -> list[str]:

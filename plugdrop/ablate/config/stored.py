@@ -1,8 +1,9 @@
-"""A config as plain data, for the jobs of an ablation to read back: the YAML text the loader
-read, the command-line overrides applied to it, where it came from and its hash. Reading it
-back goes through the loader, with every check a user's config meets, so that a job runs
-exactly the config the driver checked, and a file in the ablation folder can hold nothing but
-data (no pickle: see ``SECURITY.md``).
+"""A config as plain data, for the jobs and the report of an ablation to read back: the YAML
+text the loader read, the command-line overrides applied to it, where it came from and its
+hash (``OUT/.config.json``, :data:`CONFIG_FILE`). Reading it back goes through the loader, with
+every check a user's config meets, so that a job runs exactly the config the driver checked,
+the report reads the very settings the runs trained with, and a file in the ablation folder
+can hold nothing but data (no pickle: see ``SECURITY.md``).
 
     >>> cfg = load("examples/digits.yaml", parse_overrides(["epochs=2"]))
     >>> restore(stored(cfg), "OUT/.config.json") == cfg
@@ -11,15 +12,24 @@ data (no pickle: see ``SECURITY.md``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from .. import runs
 from ..errors import ConfigError
-from .loader import loads
+from .loader import loads, parse
 from .overrides import restored_override
 from .schema import AblationConfig
 
-__all__ = ["FORMAT", "restore", "stored"]
+__all__ = ["CONFIG_FILE", "FORMAT", "load_settings", "load_stored", "restore", "save_config",
+           "stored"]
+
+#: the stored config's file in an ablation folder
+CONFIG_FILE = ".config.json"
+#: what older versions stored instead (a pickle): never read, removed when the config is written
+_OLD_CONFIG_FILE = ".config.pkl"
 
 #: the version of the stored form
 FORMAT = 1
@@ -55,3 +65,89 @@ def restore(data: Any, where: str, want_hash: str | None = None) -> AblationConf
                               f"started with (hash {cfg.hash()}, expected {expected}); run "
                               f"plugdrop ablate CONFIG --out FOLDER --resume to write it again")
     return cfg
+
+
+def save_config(out: Path, cfg: AblationConfig) -> None:
+    """Store the validated config for the jobs and the report as plain data (atomically, next
+    to ``ablation.json``), and remove the pickle an older version stored there."""
+    runs.atomic_write_json(out / CONFIG_FILE, stored(cfg), "the config the jobs read")
+    try:
+        (out / _OLD_CONFIG_FILE).unlink(missing_ok=True)
+    except OSError:
+        pass  # never read; what is left of it does no harm
+
+
+def load_stored(out: Path, config_hash: str | None = None) -> AblationConfig:
+    """The config that ``plugdrop ablate`` stored in ``out``, read as JSON and checked as a
+    user's config is (what a job trains).
+
+    Args:
+        out: the ablation folder.
+        config_hash: the hash it must have (what a launcher gave its job); default: the one
+            ``ablation.json`` records.
+
+    Raises:
+        ConfigError: ``out`` is no prepared ablation folder, its config file is not plain
+            data written by plugdrop, or its config is not the one expected.
+    """
+    manifest = _manifest(out)
+    recorded = manifest.get("config_hash")
+    want = config_hash or (recorded if isinstance(recorded, str) else None)
+    path = out / CONFIG_FILE
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ConfigError(f"{out}: no ablation prepared by plugdrop ablate here (no "
+                          f"{CONFIG_FILE}); start it with plugdrop ablate CONFIG --out "
+                          f"{out}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: refused: not a config written by plugdrop ({e}); run "
+                          f"plugdrop ablate CONFIG --out {out} --resume to write it "
+                          f"again") from None
+    return restore(data, str(path), want)
+
+
+def load_settings(out: Path) -> tuple[AblationConfig, str | None]:
+    """The config whose settings a report of ``out`` reads, and a warning when it is not the
+    stored one: the stored config (:func:`load_stored`); where that is missing (a folder of an
+    older version, a start cut short) or refused (damaged, or not the ablation's), the
+    resolved config ``ablation.json`` records, through the same checks. A report builds no
+    model and runs nothing of the config, so either is safe to read.
+
+    Raises:
+        ConfigError: ``out`` is no ablation folder, or neither config passes the checks.
+    """
+    try:
+        return load_stored(out), None
+    except ConfigError as e:
+        refused = str(e)
+    manifest = _manifest(out)
+    resolved = manifest.get("config")
+    if not isinstance(resolved, Mapping):
+        raise ConfigError(refused)
+    where = str(out / "ablation.json")
+    try:
+        cfg = parse(dict(resolved), f"{where} (config)")
+    except ConfigError as e:
+        raise ConfigError(f"{where}: its config fails the checks of this plugdrop ({e}); "
+                          f"report it with the plugdrop version that wrote it") from None
+    if (out / CONFIG_FILE).exists():
+        return cfg, f"{refused}; the report reads the config ablation.json records"
+    return cfg, None
+
+
+def _manifest(out: Path) -> dict[str, Any]:
+    path = out / "ablation.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{out}: no ablation prepared by plugdrop ablate here (no "
+                          f"ablation.json); start it with plugdrop ablate CONFIG --out "
+                          f"{out}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: unreadable or not JSON ({e}); give the --out folder of "
+                          f"plugdrop ablate") from None
+    if not isinstance(manifest, dict):
+        raise ConfigError(f"{path}: not a JSON object; give the --out folder of plugdrop "
+                          f"ablate")
+    return manifest

@@ -33,12 +33,23 @@ class DataSpec:
         options: extra keyword arguments for a torchvision class; ``train_split`` / ``val_split``
             choose the ``split=`` values of classes that take one (default ``"train"`` and the
             first of ``"val"``, ``"test"`` the class accepts).
+        written: the ``data:`` value as the config wrote it (what :meth:`plain` gives back for
+            the resolved config and its hash); ``None``: :meth:`plain` writes the spec out.
     """
 
     kind: str
     name: str
     root: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    written: Any = field(default=None, compare=False)
+
+    def plain(self) -> Any:
+        """The ``data:`` value this spec was read from."""
+        if self.written is not None:
+            return self.written
+        if self.kind == "torchvision":
+            return {"name": self.name, "root": self.root, **dict(self.options)}
+        return self.name
 
 
 def torchvision_names() -> list[str]:

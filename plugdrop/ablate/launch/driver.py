@@ -20,7 +20,7 @@ from ..errors import Fault
 from ..report import Rebuilder
 from ..runs import RunDir, RunLock
 from ..train import Stopped, on_rank0
-from .protocol import BUSY, ENDED, FAULT, LOST, Job, JobEnd, LaunchContext, Launcher, View
+from .protocol import End, Job, JobEnd, LaunchContext, Launcher, View
 
 __all__ = ["GRACE", "Outcome", "Waiting", "drive"]
 
@@ -94,7 +94,7 @@ class _Driver:
                 end = job.poll()
                 if end is None and self.left_behind(job):
                     job.cancel()  # its run is over (a requeued job, say): free its slot
-                    end = JobEnd(ENDED)
+                    end = JobEnd(End.ENDED)
                 if end is not None:
                     self.active.remove(job)
                     self.ended(job, end)
@@ -118,13 +118,13 @@ class _Driver:
         if status != runs.INCOMPLETE:
             view.ended(rd, status, end.error)
             self.report()
-        elif end.status == FAULT:
-            view.ended(rd, FAULT, None)
+        elif end.status is End.FAULT:
+            view.ended(rd, End.FAULT, None)
             raise end.fault or self.probe(lambda: self.fault(job, end))
-        elif end.status == BUSY or self.probe(RunLock(rd).held_elsewhere):
+        elif end.status is End.BUSY or self.probe(RunLock(rd).held_elsewhere):
             self.waiting.add(rd)  # another process trains it: wait for that one
-            view.ended(rd, BUSY, None)
-        elif end.status == LOST:
+            view.ended(rd, End.BUSY, None)
+        elif end.status is End.LOST:
             view.message(f"plugdrop ablate: run {rd.id}: {end.error}")
             self.give_up(rd, str(end.error), end.detail)
         else:  # the job ended before its run did (killed, preempted, stopped)

@@ -9,12 +9,12 @@ import time
 from dataclasses import dataclass
 
 from ..errors import Fault
-from ..execute import BUSY, execute, workers_for
+from ..execute import execute, workers_for
 from ..progress import Progress
 from ..runs import RunDir
 from ..train import StopFlag, Stopped
 from .options import LaunchOptions
-from .protocol import Job, JobEnd, LaunchContext, View
+from .protocol import End, Job, JobEnd, LaunchContext, View
 
 __all__ = ["LocalLauncher"]
 
@@ -44,7 +44,7 @@ class _Bars:
 
     def ended(self, rd: RunDir, status: str, detail: str | None) -> None:
         self.progress.name = f"{rd.variant} seed={rd.seed}"
-        if status == BUSY:
+        if status == End.BUSY:
             self.progress.message(f"[{self.progress.name}] another process trains it: "
                                   f"waiting for it")
         else:
@@ -99,7 +99,7 @@ class LocalLauncher:
                 progress.run_end("stopped by a fault of the environment; its finished epochs "
                                  "are kept")
                 raise
-            jobs.append(_Done(rd, JobEnd(result.status, result.error)))
+            jobs.append(_Done(rd, JobEnd.of(result)))
         return jobs
 
     def wait(self, jobs: list[Job], timeout: float) -> None:

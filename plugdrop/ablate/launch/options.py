@@ -57,8 +57,8 @@ class LaunchOptions:
                                    "requeued")
     slurm_partition: str | None = option(None, metavar="NAME", help="the Slurm partition")
     slurm_cluster: str = option("auto", choices=("auto", "slurm", "local"),
-                                help="submitit's cluster: auto = Slurm when sbatch is there, "
-                                     "else local processes")
+                                help="submitit's cluster: auto = Slurm where it answers here "
+                                     "(sinfo), else local processes")
     address: str | None = option(None, metavar="HOST:PORT",
                                  help="HOST:PORT of a running Ray cluster to join; default: "
                                       "start one on this machine")

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ..errors import ConfigError
-from ..execute import BUSY, FAILED, FAULT, FINISHED
+from ..errors import ConfigError, Exit
+from ..outcome import Status
 from ..runs import RunDir, open_no_follow, storage_error
 from .monitor import Monitor
 from .options import LaunchOptions
-from .protocol import ENDED, LOST, Job, JobEnd, LaunchContext, View
+from .protocol import End, Job, JobEnd, LaunchContext, View
 
 __all__ = ["ProcessesLauncher"]
 
@@ -62,14 +62,14 @@ class _Process:
         self._ended()
         from ..worker import status_after
 
-        status = status_after(self.launcher.out, self.run.id, code, self.launcher.config_hash)
-        if status in (FINISHED, FAILED, BUSY):
-            return JobEnd(status)
-        if status == FAULT:  # its one line is the log's last, if the log could take it
-            return JobEnd(FAULT, self._last_line())
-        if code == 2:  # a mistake met by the process (its last line says which)
-            return JobEnd(LOST, f"its process stopped on a mistake: {self._last_line()}")
-        return JobEnd(ENDED)
+        result = status_after(self.launcher.out, self.run.id, code, self.launcher.config_hash)
+        if result.status is Status.FAULT:  # its one line is the log's last, if it took it
+            return JobEnd(End.FAULT, self._last_line())
+        if result.status is not Status.STOPPED:
+            return JobEnd.of(result)
+        if code == Exit.MISTAKE:  # a mistake met by the process (its last line says which)
+            return JobEnd(End.LOST, f"its process stopped on a mistake: {self._last_line()}")
+        return JobEnd(End.ENDED)
 
     def _last_line(self) -> str:
         try:

@@ -5,11 +5,12 @@ runs another process trains, the report, the outcome) the same way for every lau
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import Fault
-from ..execute import BUSY, FAILED, FAULT, FINISHED
+from ..outcome import RunResult, Status
 from ..runs import RunDir
 from .options import LaunchOptions
 
@@ -19,28 +20,50 @@ if TYPE_CHECKING:
     from ..progress import Progress
     from ..train import Dist
 
-__all__ = ["BUSY", "ENDED", "FAILED", "FAULT", "FINISHED", "Job", "JobEnd", "LOST",
-           "LaunchContext", "Launcher", "View"]
+__all__ = ["End", "Job", "JobEnd", "LaunchContext", "Launcher", "View"]
 
-#: a job ended without saying more (killed, preempted, stopped): the run folder tells whether
-#: its run finished; if not, the driver submits it again (``--max-retries``)
-ENDED = "ended"
-#: the launcher gave up on the job (Ray's own retries spent): the run is marked failed
-LOST = "lost"
+
+class End(str, Enum):
+    """How a job ended, as the driver reads it."""
+
+    #: its run finished (the run folder says so too)
+    FINISHED = "finished"
+    #: its run failed (recorded in the run folder)
+    FAILED = "failed"
+    #: another process trains its run: the driver waits for that one
+    BUSY = "busy"
+    #: the environment failed: the driver stops the ablation
+    FAULT = "fault"
+    #: the job ended without saying more (killed, preempted, stopped): the run folder tells
+    #: whether its run finished; if not, the driver submits it again (``--max-retries``)
+    ENDED = "ended"
+    #: the launcher gave up on the job (Ray's own retries spent): the run is marked failed
+    LOST = "lost"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
 class JobEnd:
-    """How a job ended: ``status`` is :data:`FINISHED`, :data:`FAILED`, :data:`BUSY` (another
-    process trains its run), :data:`ENDED`, :data:`LOST` or :data:`FAULT` (the environment
-    failed: the driver stops the ablation); ``error`` says why for :data:`LOST` (one line),
-    ``detail`` goes to ``failed.json``; ``fault`` is the job's :class:`Fault` when it could
-    send it."""
+    """How a job ended: its :class:`End`; ``error`` says why for :attr:`End.LOST` (one line,
+    also a failed run's error), ``detail`` goes to ``failed.json``; ``fault`` is the job's
+    :class:`Fault` when it could send it."""
 
-    status: str
+    status: End
     error: str | None = None
     detail: str = ""
     fault: Fault | None = None
+
+    @classmethod
+    def of(cls, result: RunResult) -> JobEnd:
+        """The end of a job that returned ``result``; a stopped run's job ended before its run
+        did (:attr:`End.ENDED`)."""
+        if result.status is Status.STOPPED:
+            return cls(End.ENDED)
+        fault = result.as_fault()
+        return cls(End(result.status.value), result.error if fault is None else str(fault),
+                   fault=fault)
 
 
 class Job(Protocol):

@@ -14,21 +14,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..execute import BUSY, FAILED, FAULT, FINISHED
+from ..errors import ConfigError, one_line
+from ..outcome import RunResult
 from ..runs import RunDir
 from .monitor import Monitor
 from .options import LaunchOptions
-from .protocol import ENDED, LOST, Job, JobEnd, LaunchContext, View
+from .protocol import End, Job, JobEnd, LaunchContext, View
 
 __all__ = ["RayLauncher", "check_address"]
 
 
 def _task(out: str, run_id: str, nproc: int, threads: int, config_hash: str) -> str:
+    """A Ray task: the run, its :class:`~plugdrop.ablate.outcome.RunResult` returned as
+    JSON."""
     from ..worker import run_job
 
     return run_job(Path(out), run_id, nproc=nproc, launcher="ray", threads=threads,
-                   config_hash=config_hash)
+                   config_hash=config_hash).to_json()
 
 
 def check_address(address: str, timeout: float = 5.0) -> None:
@@ -62,16 +64,11 @@ class _Task:
         if not ready:
             return None
         try:
-            status = ray.get(self.ref)
+            result = RunResult.from_json(ray.get(self.ref))
         except ray.exceptions.RayError as e:
-            return JobEnd(LOST, f"the Ray task failed after {self.retries} retries: "
-                                f"{' '.join(str(e).split())[:200]}", str(e))
-        from ..worker import fault_of
-
-        fault = fault_of(status)
-        if fault is not None:
-            return JobEnd(FAULT, str(fault), fault=fault)
-        return JobEnd(status if status in (FINISHED, FAILED, BUSY) else ENDED)
+            return JobEnd(End.LOST, f"the Ray task failed after {self.retries} retries: "
+                                    f"{one_line(e, limit=200)}", str(e))
+        return JobEnd(End.ENDED) if result is None else JobEnd.of(result)
 
     def cancel(self) -> None:
         import ray
@@ -98,7 +95,7 @@ class RayLauncher:
             except (ConnectionError, RuntimeError, ValueError) as e:
                 where = options.address or "this machine"
                 raise ConfigError(f"--launcher ray: could not start or join a Ray cluster on "
-                                  f"{where}: {' '.join(str(e).split())[:200]}") from None
+                                  f"{where}: {one_line(e, limit=200)}") from None
             self.started = True
 
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:

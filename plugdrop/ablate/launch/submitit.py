@@ -4,9 +4,11 @@ Each job runs :class:`RunJob`, a ``submitit.helpers.Checkpointable``: when Slurm
 job or its time limit nears, submitit calls :meth:`RunJob.checkpoint`, which resubmits the same
 run; the requeued job resumes from the run's last epoch checkpoint (the model state lives in
 the run folder, not in the pickled job). A job that dies without requeuing (killed, node lost)
-is submitted again by the driver up to ``--max-retries`` times. Without Slurm (no ``sbatch``)
-or with ``--slurm-cluster local`` the jobs are processes on this machine (submitit's
-``LocalExecutor``), at most ``--max-parallel`` at once.
+is submitted again by the driver up to ``--max-retries`` times. ``--slurm-cluster auto`` (the
+default) submits to Slurm where Slurm answers here (``sinfo``), not wherever its commands are
+installed; without it, or with ``--slurm-cluster local``, the jobs are processes on this
+machine (submitit's ``LocalExecutor``), at most ``--max-parallel`` at once.
+``--slurm-cluster slurm`` on a machine without ``sbatch`` and ``srun`` is one line naming them.
 
 Job logs: ``OUT/.submitit/<job id>/``.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,12 +29,49 @@ from typing import Any
 import submitit
 
 from ..errors import ConfigError
+from ..outcome import RunResult, Status
 from ..runs import RunDir, ensure_dir, no_link, storage_error
 from .monitor import Monitor
 from .options import LaunchOptions
-from .protocol import ENDED, FAULT, Job, JobEnd, LaunchContext, View
+from .protocol import End, Job, JobEnd, LaunchContext, View
 
-__all__ = ["RunJob", "SubmititLauncher"]
+__all__ = ["RunJob", "SubmititLauncher", "slurm_answers", "slurm_cluster"]
+
+#: the Slurm commands submitit's Slurm executor runs
+SLURM_COMMANDS = ("sbatch", "srun")
+
+
+def slurm_answers(timeout: float = 10.0) -> bool:
+    """Whether a Slurm controller answers on this machine: ``sinfo`` is installed and lists
+    the partitions within ``timeout`` seconds."""
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return False
+    try:
+        done = subprocess.run([sinfo, "-h", "-o", "%P"], capture_output=True,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def slurm_cluster(choice: str) -> str:
+    """The cluster submitit submits to for ``--slurm-cluster choice``: ``slurm`` (its commands
+    must be here), ``local``, or for ``auto`` Slurm where it answers (:func:`slurm_answers`),
+    else ``local``.
+
+    Raises:
+        ConfigError: ``slurm`` chosen where ``sbatch`` or ``srun`` is missing.
+    """
+    missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+    if choice == "slurm" and missing:
+        raise ConfigError(f"--launcher submitit --slurm-cluster slurm: Slurm's "
+                          f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
+                          f"on this machine (PATH); submit from a Slurm login node, or train "
+                          f"on this machine with --slurm-cluster local or --launcher processes")
+    if choice == "auto":
+        return "slurm" if not missing and slurm_answers() else "local"
+    return choice
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -50,14 +90,15 @@ class RunJob(submitit.helpers.Checkpointable):
 
     def __call__(self, out: str, run_id: str, nproc: int = 1, threads: int | None = None,
                  config_hash: str | None = None) -> str:
-        from ..worker import STOPPED, run_job
+        """Train the run; its :class:`~plugdrop.ablate.outcome.RunResult` as JSON, or no
+        result (exit) when a signal stopped it."""
+        from ..worker import run_job
 
-        status = run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
+        result = run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
                          handle_signals=True, config_hash=config_hash)
-        head, _, signum = status.partition(": ")
-        if head != STOPPED:
-            return status
-        sig = int(signum) if signum.isdigit() else signal.SIGTERM
+        if result.status is not Status.STOPPED:
+            return result.to_json()
+        sig = result.signum or signal.SIGTERM
         handler = signal.getsignal(sig)  # submitit's again, now that the run let go
         if sig == signal.SIGUSR2 and callable(handler):
             try:
@@ -81,13 +122,13 @@ class _SlurmJob:
     def poll(self) -> JobEnd | None:
         if not self.job.done():
             return None
-        from ..worker import fault_of
-
         try:  # the run folder decides; the job's own word counts only for a fault
-            fault = fault_of(str(self.job.result()))
+            fault = RunResult.from_json(self.job.result())
         except Exception:  # noqa: BLE001 - killed, preempted, lost: the folder tells
             fault = None
-        return JobEnd(ENDED) if fault is None else JobEnd(FAULT, str(fault), fault=fault)
+        if fault is None or fault.status is not Status.FAULT:
+            return JobEnd(End.ENDED)
+        return JobEnd.of(fault)
 
     def cancel(self) -> None:
         self.job.cancel(check=False)
@@ -113,11 +154,12 @@ class SubmititLauncher:
 
     def __init__(self, options: LaunchOptions):
         self.options = options
+        self.cluster = slurm_cluster(options.slurm_cluster)
         self.ex: Any = None
 
     def executor(self, out: Path) -> Any:
         o = self.options
-        cluster = None if o.slurm_cluster == "auto" else o.slurm_cluster
+        cluster = self.cluster
         private = out / ".submitit"  # submitit's job pickles: only this user may write them
         ensure_dir(private, "submitit's job folder")
         no_link(private, "submitit's job folder")

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from .plots import figure, png
 from .read import FINISHED, Ablation
-from .sequential import DECISION_METRICS
 from .summary import VariantSummary
 
 __all__ = ["plot_calibration", "plot_forest", "plot_seeds"]
@@ -17,13 +16,13 @@ _COLORS = {"better": "#2a9d3f", "worse": "#c0392b", "equivalent": "#2c6fbb",
            "inconclusive": "#7f7f7f", "no clear difference": "#7f7f7f", "open": "#d68910"}
 
 
-def plot_forest(summary: Sequence[VariantSummary], baseline: str | None,
-                margin: float) -> bytes | None:
+def plot_forest(summary: Sequence[VariantSummary], baseline: str | None) -> bytes | None:
     """Each variant's difference to the baseline with its interval, colored by its verdict;
     0 and the equivalence margin marked."""
     shown = [(s, iv) for s in summary if not s.is_baseline and (iv := s.versus())]
     if not shown or baseline is None:
         return None
+    margin = shown[0][0].rule.margin
     fig = figure(7.5, max(2.8, 1.4 + 0.55 * len(shown)))
     ax = fig.add_subplot()
     ax.axvspan(-margin, margin, color="#2c6fbb", alpha=0.08, label=f"+-{margin:g} (margin)")
@@ -37,8 +36,7 @@ def plot_forest(summary: Sequence[VariantSummary], baseline: str | None,
                 color=color, va="bottom")
     ax.set_yticks(range(len(shown)), [s.variant for s, _ in reversed(shown)], fontsize=8)
     ax.set_ylim(-0.6, len(shown) - 0.2)
-    _, scale = DECISION_METRICS.get(shown[0][0].metric, (True, 1.0))
-    unit = " (pp)" if scale == 100.0 else ""
+    unit = " (pp)" if shown[0][0].rule.metric.percent else ""
     ax.set_xlabel(f"final {shown[0][0].metric} minus {baseline}'s{unit}")
     ax.set_title("Verdicts: differences to the baseline with their intervals")
     ax.grid(alpha=0.3, axis="x")

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation
-from .sequential import DECISION_METRICS, margin_of
 from .summary import VariantSummary, run_counts, saved_runs
 
 __all__ = ["PLOTS", "render"]
@@ -59,9 +58,8 @@ def _verdict_class(verdict: str) -> str:
 
 
 def _verdict_table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
-    metric = summary[0].metric if summary else "val_acc"
-    scale = DECISION_METRICS.get(metric, (True, 1.0))[1]
-    unit = " (pp)" if scale == 100.0 else ""
+    metric, scale = ab.config.decide_on.name, ab.config.decide_on.scale
+    unit = " (pp)" if ab.config.decide_on.percent else ""
     extra = metric != "val_acc"
     head = ["variant", "seeds / runs done", "final val acc %"] + (
         [f"final {metric}"] if extra else []) + [f"vs {ab.baseline}{unit}", "p adj.",
@@ -88,9 +86,8 @@ def _verdict_table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
             + "</tr>" + "".join(rows) + "</table>")
 
 
-def _robust_table(summary: Sequence[VariantSummary]) -> str:
-    metric = summary[0].metric if summary else "val_acc"
-    scale = DECISION_METRICS.get(metric, (True, 1.0))[1]
+def _robust_table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
+    metric, scale = ab.config.decide_on.name, ab.config.decide_on.scale
     rows = [f"<tr><td>{_e(s.variant)}</td><td class=\"num\">"
             f"{_e(s.iqm.format(scale, s.digits) if s.iqm else '-')}</td><td class=\"num\">"
             f"{_e(s.p_improve.format(1.0) if s.p_improve else '-')}</td></tr>"
@@ -136,18 +133,18 @@ def _decisions(out: Path) -> str:
 def render(ab: Ablation, summary: Sequence[VariantSummary], text_table: str) -> bytes:
     """The page, as UTF-8 bytes, from the folder's state (its plot files as they are now)."""
     cfg = ab.config
-    seeds = cfg.get("seeds")
+    rule = cfg.decision
     c = run_counts(ab, summary)
-    design = (f"adaptive: {seeds.get('min')} to {seeds.get('max')} seeds, alpha "
-              f"{cfg.get('alpha', 0.05)}, margin {margin_of(cfg):g}"
-              if isinstance(seeds, dict) else f"fixed: seeds {seeds}")
+    design = (f"adaptive: {cfg.plan.min} to {cfg.plan.max} seeds, alpha {rule.alpha:g}, "
+              f"margin {rule.margin:g}" if cfg.plan is not None
+              else f"fixed: seeds {list(cfg.seed_list)}")
     parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>plugdrop ablation: {_e(ab.out.name)}</title><style>{_STYLE}</style>"
              f"</head><body>",
              f"<h1>Ablation <code>{_e(ab.out)}</code></h1>",
-             f"<p class=\"meta\">{_e(cfg.get('model'))} on {_e(ab.data.get('name', '?'))}; "
+             f"<p class=\"meta\">{_e(cfg.model)} on {_e(ab.data.get('name', '?'))}; "
              f"{len(ab.variants)} variants; {_e(design)}; decided on "
-             f"{_e(cfg.get('decide_on', 'val_acc'))}; {c[FINISHED]} runs finished, "
+             f"{_e(rule.metric.name)}; {c[FINISHED]} runs finished, "
              f"{c[FAILED]} failed, {c[INCOMPLETE]} incomplete; built "
              f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}.</p>",
              "<h2 id=\"verdicts\">Verdicts</h2>", _verdict_table(ab, summary)]
@@ -161,14 +158,14 @@ def render(ab: Ablation, summary: Sequence[VariantSummary], text_table: str) -> 
         if path.is_file():
             parts += [f"<h2>{_e(heading)}</h2>", _img(path.read_bytes(), heading)]
         if name == "seeds.png":
-            parts += ["<h2>Robust summaries</h2>", _robust_table(summary)]
+            parts += ["<h2>Robust summaries</h2>", _robust_table(ab, summary)]
     parts += ["<h2>Grad-CAM</h2>", _cams(ab)]
     decisions = _decisions(ab.out)
     if decisions:
         parts += ["<h2>Decisions</h2>", decisions]
     parts += ["<h2>The table, as the command prints it</h2>", f"<pre>{_e(text_table)}</pre>",
               "<h2>Configuration</h2>",
-              f"<pre>{_e(json.dumps(cfg, indent=2, default=str))}</pre>",
+              f"<pre>{_e(json.dumps(cfg.resolved(), indent=2, default=str))}</pre>",
               "<script>window.addEventListener('load',function(){var n=0;"
               "document.querySelectorAll('img').forEach(function(i){if(i.naturalWidth>0)n++;});"
               "document.body.setAttribute('data-images-shown',n);});</script>",

@@ -1,11 +1,13 @@
 """The results of an ablation as its run folders hold them: :func:`load_ablation`.
 
-Everything here reads the folder that ``plugdrop ablate --out DIR`` writes (``ablation.json`` and
-``runs/<id>/``) and nothing else, so ``plugdrop report DIR`` gives the same answer as the runner,
-at any time, also while runs are still going on elsewhere: a run is *finished* when it has
-``done.json``, *failed* when it has ``failed.json``, and *incomplete* otherwise (running, killed,
-or not started). Damaged files of one run are reported as warning lines and that run counts as
-incomplete; only a missing or damaged ``ablation.json`` is an error.
+Everything here reads the folder that ``plugdrop ablate --out DIR`` writes (``ablation.json``,
+the stored config and ``runs/<id>/``) and nothing else, so ``plugdrop report DIR`` gives the
+same answer as the runner, at any time, also while runs are still going on elsewhere: a run is
+*finished* when it has ``done.json``, *failed* when it has ``failed.json``, and *incomplete*
+otherwise (running, killed, or not started). Damaged files of one run are reported as warning
+lines and that run counts as incomplete; only a missing or damaged ``ablation.json`` (or stored
+config) is an error. The settings are the config's, read back through the loader's checks
+(:func:`~plugdrop.ablate.config.load_settings`): the report knows no default of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
 from ..runs import FAILED, FINISHED, INCOMPLETE
 
@@ -59,11 +62,11 @@ class Run:
     gradcam: Path | None = None
     started: bool = False
 
-    def final(self, key: str = "val_acc") -> float | None:
+    def final(self, key: str) -> float | None:
         """``key`` of the last epoch, ``None`` when absent."""
         return number(self.metrics[-1].get(key)) if self.metrics else None
 
-    def best(self, key: str = "val_acc") -> float | None:
+    def best(self, key: str) -> float | None:
         """The largest ``key`` over the epochs, ``None`` when absent."""
         values = [v for v in (number(m.get(key)) for m in self.metrics)
                   if v is not None and not math.isnan(v)]
@@ -76,7 +79,7 @@ class Ablation:
 
     Attributes:
         out: the folder.
-        config: the resolved config as plain JSON.
+        config: the config the ablation trains, as the loader checked it.
         config_hash: the config's hash (a run of another config is not counted).
         variants: variant names in config order.
         baseline: the variant the others are compared to, or ``None``.
@@ -87,7 +90,7 @@ class Ablation:
     """
 
     out: Path
-    config: dict[str, Any]
+    config: AblationConfig
     config_hash: str | None
     variants: list[str]
     baseline: str | None
@@ -161,12 +164,14 @@ def load_ablation(out: Path | str) -> Ablation:
         raise _not_ablation(path, "no list of runs")
     config_hash = doc.get("config_hash")
     config_hash = config_hash if isinstance(config_hash, str) else None
-    ab = Ablation(out=out, config=as_dict(doc.get("config")), config_hash=config_hash,
+    cfg, warning = load_settings(out)
+    ab = Ablation(out=out, config=cfg, config_hash=config_hash,
                   variants=[v for v in as_list(doc.get("variants")) if isinstance(v, str)],
                   baseline=doc.get("baseline") if isinstance(doc.get("baseline"), str) else None,
                   seeds=[s for s in as_list(doc.get("seeds"))
                          if isinstance(s, int) and not isinstance(s, bool)],
-                  runs=[], versions=as_dict(doc.get("versions")), data=as_dict(doc.get("data")))
+                  runs=[], versions=as_dict(doc.get("versions")), data=as_dict(doc.get("data")),
+                  warnings=[warning] if warning else [])
     for i, e in enumerate(entries):
         if not (isinstance(e, dict) and isinstance(e.get("id"), str)
                 and _RUN_ID.fullmatch(e["id"]) and e["id"] not in (".", "..")

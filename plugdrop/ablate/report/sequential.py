@@ -34,18 +34,13 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-__all__ = ["BETTER", "DECISION_METRICS", "DROPPED", "EQUIVALENT", "INCONCLUSIVE", "OPEN",
-           "WORSE", "Decision", "Design", "Plan", "Replay", "design_of", "margin_of", "spending"]
+from ..config import AblationConfig, DecisionRule, SeedPlan
+
+__all__ = ["BETTER", "DROPPED", "EQUIVALENT", "INCONCLUSIVE", "OPEN", "WORSE", "Decision",
+           "Design", "Replay", "design_of", "spending", "weights"]
 
 OPEN, BETTER, WORSE = "open", "better", "worse"
 EQUIVALENT, INCONCLUSIVE, DROPPED = "equivalent", "inconclusive", "dropped"
-
-#: the metrics verdicts can be decided on: (higher is better, display units per metric unit:
-#: 100 for a fraction shown in percent)
-DECISION_METRICS: dict[str, tuple[bool, float]] = {
-    "val_acc": (True, 100.0), "val_top5": (True, 100.0), "val_loss": (False, 1.0),
-    "val_nll": (False, 1.0), "val_ece": (False, 100.0), "gap": (False, 100.0),
-    "val_acc_ema": (True, 100.0)}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -60,28 +55,10 @@ def spending(t: float) -> float:
     return math.log1p((math.e - 1.0) * min(max(t, 0.0), 1.0))
 
 
-@dataclass(frozen=True)
-class Plan:
-    """The seeds of an adaptive design: ``first, first + 1, ...``; ``min`` of them in the first
-    round, ``step`` more per round, ``max`` at most."""
-
-    min: int
-    max: int
-    step: int = 1
-    first: int = 0
-
-    def seeds(self) -> list[int]:
-        return [self.first + i for i in range(self.max)]
-
-    def looks(self) -> list[int]:
-        """The number of seeds after each round: ``min, min + step, ..., max``."""
-        out = list(range(self.min, self.max, self.step))
-        return out + [self.max]
-
-    def weights(self) -> list[float]:
-        """The share of a variant's alpha spent at each look (they sum to 1)."""
-        ts = [n / self.max for n in self.looks()]
-        return [spending(t) - spending(prev) for prev, t in zip([0.0] + ts[:-1], ts)]
+def weights(plan: SeedPlan) -> list[float]:
+    """The share of a variant's alpha spent at each look of ``plan`` (they sum to 1)."""
+    ts = [n / plan.max for n in plan.looks()]
+    return [spending(t) - spending(prev) for prev, t in zip([0.0] + ts[:-1], ts)]
 
 
 @dataclass(frozen=True)
@@ -168,25 +145,37 @@ class Design:
         plan: the seeds and rounds.
         baseline: the reference variant.
         variants: the others, in config order.
-        alpha: the family-wise error rate over every variant and look.
-        margin: the equivalence margin, in display units (percentage points for accuracies).
-        higher_is_better: the decision metric's direction.
-        scale: display units per metric unit (100 for a fraction shown in percent).
+        rule: the decision metric (its direction and display units), the family-wise error
+            rate over every variant and look, and the equivalence margin (display units:
+            percentage points for accuracies).
 
     The variants of one grid are those whose names share the part before ``[``.
     """
 
-    plan: Plan
+    plan: SeedPlan
     baseline: str
     variants: tuple[str, ...]
-    alpha: float = 0.05
-    margin: float = 0.5
-    higher_is_better: bool = True
-    scale: float = 100.0
+    rule: DecisionRule
+
+    @property
+    def alpha(self) -> float:
+        return self.rule.alpha
+
+    @property
+    def margin(self) -> float:
+        return self.rule.margin
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.rule.higher_is_better
+
+    @property
+    def scale(self) -> float:
+        return self.rule.metric.scale
 
     def level(self, look: int) -> float:
         """The two-sided error level of one variant's interval at look ``look`` (0-based)."""
-        return self.alpha / max(len(self.variants), 1) * self.plan.weights()[look]
+        return self.alpha / max(len(self.variants), 1) * weights(self.plan)[look]
 
     def replay(self, values: Mapping[str, Mapping[int, float | None]]) -> Replay:
         """Replay the design over ``values``: variant -> seed -> the decision metric of a
@@ -243,7 +232,7 @@ class Design:
         if low > high:  # the intervals disagree (a coverage miss): keep the latest
             low, high = low_k, high_k
         lows[v], highs[v] = low, high
-        m, w = max(len(self.variants), 1), self.plan.weights()[k]
+        m, w = max(len(self.variants), 1), weights(self.plan)[k]
         p_adj = min(1.0, p_k * m / w, prev.p if prev.p is not None else 1.0)
         level = f"{100 * (1 - self.alpha):g}% family-wise"
         # The reasons speak of the interval as shown: the metric minus the baseline's.
@@ -283,26 +272,10 @@ def _grid(variant: str) -> str:
     return variant.split("[", 1)[0]
 
 
-def margin_of(config: Mapping[str, Any]) -> float:
-    """The equivalence margin of a resolved config: its ``margin``, or for ``auto`` (the
-    default) 0.5 percentage points for a metric shown in percent and 0.01 nats for a loss."""
-    margin = config.get("margin", "auto")
-    if margin == "auto" or margin is None:
-        metric = str(config.get("decide_on", "val_acc"))
-        return 0.5 if DECISION_METRICS.get(metric, (True, 100.0))[1] == 100.0 else 0.01
-    return float(margin)
-
-
-def design_of(config: Mapping[str, Any], variants: Sequence[str], baseline: str | None
-              ) -> Design | None:
-    """The adaptive design of a resolved config (``ablation.json``'s ``config``), or ``None``
-    for a fixed one (a list of seeds) or without a baseline."""
-    seeds = config.get("seeds")
-    if not isinstance(seeds, Mapping) or baseline is None:
+def design_of(cfg: AblationConfig) -> Design | None:
+    """The adaptive design of a config, or ``None`` for a fixed one (a list of seeds) or
+    without a baseline."""
+    if cfg.plan is None or cfg.baseline is None:
         return None
-    metric = str(config.get("decide_on", "val_acc"))
-    higher, scale = DECISION_METRICS.get(metric, (True, 100.0))
-    plan = Plan(int(seeds["min"]), int(seeds["max"]), int(seeds.get("step", 1)),
-                int(seeds.get("first", 0)))
-    return Design(plan, baseline, tuple(v for v in variants if v != baseline),
-                  float(config.get("alpha", 0.05)), margin_of(config), higher, scale)
+    return Design(cfg.plan, cfg.baseline,
+                  tuple(v for v in cfg.variant_names if v != cfg.baseline), cfg.decision)

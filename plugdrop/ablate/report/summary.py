@@ -15,9 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import DecisionRule
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation, Run, number
 from .robust import Robust, robust
-from .sequential import DECISION_METRICS, OPEN, Decision, Replay, design_of
+from .sequential import OPEN, Decision, Replay, design_of
 from .stats import Interval, Paired, mean_ci, p_cell, paired_difference
 
 __all__ = ["ACC", "VariantSummary", "decision_values", "failure", "holm", "open_verdict",
@@ -38,7 +39,7 @@ class VariantSummary:
             runs count up to the seeds it gave the variant).
         final, best: final / best validation accuracy over the finished seeds (mean and CI).
         final_ema, best_ema: the same for the EMA weights, ``None`` without EMA.
-        metric: the decision metric (``decide_on``).
+        rule: how verdicts are decided (the config's ``decide_on``, ``alpha``, ``margin``).
         decided: its final value over the finished seeds (mean and CI).
         diff: the decision metric minus the baseline's, paired by seed (metric units);
             ``None`` for the baseline itself or without a baseline.
@@ -47,7 +48,6 @@ class VariantSummary:
         diff_ema: final EMA accuracy minus the baseline's.
         decision: the adaptive design's decision (``None`` for a fixed design).
         p_adjusted: Holm's adjusted p-value (fixed design) or the sequential one (adaptive).
-        alpha: the family-wise error rate of the verdicts.
         iqm, p_improve: robust summaries of the decision metric (:mod:`.robust`).
         seeds_used, seeds_max: an adaptive design's seeds for this variant and its maximum.
         epoch_time: median seconds per epoch, each run's first epoch left out (warm-up).
@@ -64,16 +64,15 @@ class VariantSummary:
     incomplete: int
     final: Interval
     best: Interval
+    rule: DecisionRule
     final_ema: Interval | None = None
     best_ema: Interval | None = None
-    metric: str = "val_acc"
     decided: Interval | None = None
     diff: Paired | None = None
     diff_acc: Paired | None = None
     diff_ema: Paired | None = None
     decision: Decision | None = None
     p_adjusted: float | None = None
-    alpha: float = 0.05
     iqm: Robust | None = None
     p_improve: Robust | None = None
     seeds_used: int | None = None
@@ -82,6 +81,16 @@ class VariantSummary:
     time_ratio: float | None = None
     time_with_first: bool = False
     failures: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def metric(self) -> str:
+        """The decision metric's name (``decide_on``)."""
+        return self.rule.metric.name
+
+    @property
+    def alpha(self) -> float:
+        """The family-wise error rate of the verdicts."""
+        return self.rule.alpha
 
     @property
     def verdict(self) -> str:
@@ -99,20 +108,20 @@ class VariantSummary:
         if self.diff.verdict in ("too few seeds", "no common seeds"):
             return self.diff.verdict
         if self.p_adjusted is not None and self.p_adjusted < self.alpha and self.diff.mean:
-            higher = DECISION_METRICS.get(self.metric, (True, 1.0))[0]
+            higher = self.rule.higher_is_better
             return "better" if (self.diff.mean > 0) == higher else "worse"
         return "no clear difference"
 
     @property
     def digits(self) -> int:
         """Digits shown of the decision metric: 2 in percent, 3 for a loss in nats."""
-        return 2 if DECISION_METRICS.get(self.metric, (True, 1.0))[1] == 100.0 else 3
+        return self.rule.metric.digits
 
     def versus(self) -> tuple[float, float | None, float | None] | None:
         """``(mean, low, high)`` of the decision metric minus the baseline's, in display units
         (percentage points for accuracies): the adaptive design's confidence sequence, or the
         fixed design's t-interval; ``None`` with nothing to compare."""
-        scale = DECISION_METRICS.get(self.metric, (True, 1.0))[1]
+        scale = self.rule.metric.scale
         d = self.decision
         if d is not None and d.mean is not None:
             return d.shown()  # type: ignore[return-value]
@@ -216,10 +225,9 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
         ab: from :func:`load_ablation`.
         confidence: confidence level of the per-variant intervals (default 0.95).
     """
-    metric = str(ab.config.get("decide_on", "val_acc"))
-    alpha = float(ab.config.get("alpha", 0.05))
-    higher = DECISION_METRICS.get(metric, (True, 1.0))[0]
-    design = design_of(ab.config, ab.variants, ab.baseline)
+    rule = ab.config.decision
+    metric, higher = rule.metric.name, rule.higher_is_better
+    design = design_of(ab.config)
     replay: Replay | None = (design.replay(decision_values(ab, metric))
                              if design is not None else None)
     by_variant = {v: [r for r in ab.runs if r.variant == v] for v in ab.variants}
@@ -250,16 +258,17 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
             incomplete=sum(r.status == INCOMPLETE for r in runs),
             final=mean_ci(list(acc.values()), confidence, ACC),
             best=mean_ci(list(_by_seed(fin, "best", "val_acc").values()), confidence, ACC),
+            rule=rule,
             final_ema=mean_ci(list(final_ema.values()), confidence, ACC) if has_ema else None,
             best_ema=(mean_ci(list(_by_seed(fin, "best", "val_acc_ema").values()), confidence,
                               ACC) if has_ema else None),
-            metric=metric, decided=mean_ci(list(values.values()), confidence),
+            decided=mean_ci(list(values.values()), confidence),
             diff=(paired_difference(values, base_metric, confidence, higher) if compare
                   else None),
             diff_acc=paired_difference(acc, base_acc, confidence) if compare else None,
             diff_ema=(paired_difference(final_ema, base_final_ema, confidence)
                       if compare and has_ema and base_final_ema else None),
-            decision=decision, alpha=alpha,
+            decision=decision,
             p_adjusted=decision.p if decision is not None else None,
             iqm=iqm, p_improve=p_improve,
             seeds_used=replay.seeds_used(v) if replay is not None else None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation
-from .sequential import DECISION_METRICS, margin_of
 from .summary import VariantSummary, failure, open_verdict, run_counts, saved_runs
 
 __all__ = ["table"]
@@ -35,12 +34,6 @@ def _time_cell(s: VariantSummary, baseline: bool) -> str:
     return secs
 
 
-def _units(metric: str) -> tuple[float, str]:
-    """(display scale, unit) of a decision metric."""
-    scale = DECISION_METRICS.get(metric, (True, 1.0))[1]
-    return scale, ("pp" if scale == 100.0 else "")
-
-
 def _seeds_cell(s: VariantSummary) -> str:
     if s.seeds_max is None:
         return _runs_cell(s)
@@ -64,8 +57,9 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     has_base = ab.baseline is not None and any(s.is_baseline for s in summary)
     has_ema = any(s.final_ema is not None for s in summary)
     conf = round(100 * summary[0].final.confidence) if summary else 95
-    metric = summary[0].metric if summary else "val_acc"
-    scale, unit = _units(metric)
+    rule = ab.config.decision
+    metric, scale = rule.metric.name, rule.metric.scale
+    unit = "pp" if rule.metric.percent else ""
     adaptive = bool(summary) and summary[0].seeds_max is not None
     shown = metric.replace("_", " ") + (" %" if scale == 100.0 else "")
     header = ["variant", "seeds done" if adaptive else "runs done", "final val acc %",
@@ -95,7 +89,7 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     lines += ["", f"final/best val acc: mean over the finished seeds [{conf}% confidence "
                   "interval, t-distribution]; one seed has no interval."]
     if has_base:
-        lines += _legend(ab, summary, metric, unit, adaptive)
+        lines += _legend(ab, summary, unit, adaptive)
     lines.append("time/epoch: median epoch time, each run's first epoch (warm-up) left out"
                  + ("; relative to the baseline." if has_base else "."))
     if any(s.time_with_first for s in summary):
@@ -123,13 +117,13 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     return "\n".join(lines)
 
 
-def _legend(ab: Ablation, summary: Sequence[VariantSummary], metric: str, unit: str,
-            adaptive: bool) -> list[str]:
-    alpha = summary[0].alpha if summary else 0.05
+def _legend(ab: Ablation, summary: Sequence[VariantSummary], unit: str, adaptive: bool
+            ) -> list[str]:
+    rule = ab.config.decision
+    alpha, margin, metric = rule.alpha, rule.margin, rule.metric.name
     m = sum(not s.is_baseline for s in summary)
-    higher = DECISION_METRICS.get(metric, (True, 1.0))[0]
+    higher = rule.higher_is_better
     what = f"final {metric} minus the baseline's" + (f", in {unit}" if unit else "")
-    margin = margin_of(ab.config)
     if adaptive:
         return [f"vs {ab.baseline}: {what}, per seed; mean [confidence sequence: alpha "
                 f"{alpha:g} split over the {m} variants and spent over the rounds "

@@ -27,7 +27,6 @@ from ..runs import atomic_write_bytes, serialized, storage_error
 from .figures import plot_calibration, plot_forest, plot_seeds
 from .html import render
 from .plots import plot_drop_frac, plot_final_acc, plot_val_acc
-from .sequential import margin_of
 from .read import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablation
 from .summary import VariantSummary, run_counts, summarize
 from .table import table
@@ -99,7 +98,7 @@ def _json(ab: Ablation, summary: Sequence[VariantSummary]) -> bytes:
              "failed_epoch": r.failed_epoch, "done": r.done,
              "gradcam": str(r.gradcam.relative_to(ab.out)) if r.gradcam else None,
              "metrics": r.metrics} for r in ab.runs]
-    doc = {"format": FORMAT, "config": ab.config, "config_hash": ab.config_hash,
+    doc = {"format": FORMAT, "config": ab.config.resolved(), "config_hash": ab.config_hash,
            "versions": ab.versions, "data": ab.data, "variants": ab.variants,
            "baseline": ab.baseline, "seeds": ab.seeds,
            "counts": run_counts(ab, summary),
@@ -145,8 +144,7 @@ def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
         outputs += [(ab.out / "val_acc.png", plot_val_acc(ab, confidence)),
                     (ab.out / "final_acc.png", plot_final_acc(summary)),
                     (ab.out / "drop_frac.png", plot_drop_frac(ab)),
-                    (ab.out / "forest.png", plot_forest(summary, ab.baseline,
-                                                        margin_of(ab.config))),
+                    (ab.out / "forest.png", plot_forest(summary, ab.baseline)),
                     (ab.out / "seeds.png", plot_seeds(summary)),
                     (ab.out / "calibration.png", plot_calibration(ab))]
     text = table(ab, summary)

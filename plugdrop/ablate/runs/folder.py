@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import one_line
 from .checkpoints import CheckpointRefused, load_checkpoint
 from .files import (append_line, atomic_write_bytes, atomic_write_json, now, storage_error,
                     write_checkpoint)
@@ -61,11 +62,6 @@ class Recovery:
         if self.path is None:
             return f"run {run}: {passed}; training it again from epoch 1"
         return f"run {run}: {passed}; resuming from {self.where}"
-
-
-def _first_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())[:160]
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class RunDir:
@@ -144,7 +140,8 @@ class RunDir:
                 continue
             except Exception as e:  # noqa: BLE001 - torn, truncated, garbled: pass it over
                 if path.suffix != ".tmp":  # a partial write a kill left is expected
-                    notes.append(f"{path} is unreadable, torn or corrupt ({_first_line(e)})")
+                    notes.append(f"{path} is unreadable, torn or corrupt "
+                                 f"({one_line(e, typed=True, limit=160)})")
                 continue
             if epoch > complete:
                 notes.append(f"{path} holds epoch {epoch} but {self.metrics.name} only "

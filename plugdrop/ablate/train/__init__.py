@@ -3,7 +3,6 @@
 the trainer (:mod:`.trainer`: step, epoch, evaluation, checkpoint state), the dry step
 (:mod:`.dry`) and Grad-CAM (:mod:`.gradcam`)."""
 
-from .build import per_process_batch
 from .distributed import Dist, agree, on_rank0, resolve_device, setup_distributed, world_from_env
 from .dry import dry_run, dry_step
 from .gradcam import gradcam_layer, save_gradcam
@@ -11,5 +10,5 @@ from .signals import SIGNALS, StopFlag, Stopped
 from .trainer import Trainer
 
 __all__ = ["Dist", "SIGNALS", "StopFlag", "Stopped", "Trainer", "agree", "dry_run", "dry_step",
-           "gradcam_layer", "on_rank0", "per_process_batch", "resolve_device", "save_gradcam",
+           "gradcam_layer", "on_rank0", "resolve_device", "save_gradcam",
            "setup_distributed", "world_from_env"]

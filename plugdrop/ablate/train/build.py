@@ -15,21 +15,15 @@ import torch.nn.functional as F
 import plugdrop as pd
 
 from ..config import AblationConfig, Variant
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from ..model import build_model
 
 __all__ = ["attach_variant", "autocast", "locate", "loss_fn", "make_ema", "make_model",
-           "make_optimizer", "make_scheduler", "make_watch", "one_line", "per_process_batch"]
+           "make_optimizer", "make_scheduler", "make_watch"]
 
 #: timm optimizers that take a momentum
 _MOMENTUM = ("sgd", "nesterov", "momentum", "sgdp", "sgdw", "lars", "larc", "nlars", "nlarc",
              "rmsprop", "rmsproptf")
-
-
-def one_line(e: BaseException) -> str:
-    """An exception's message on one line (its type's name when it has none)."""
-    text = " ".join(str(e).split())
-    return text or type(e).__name__
 
 
 def locate(cfg: AblationConfig, msg: str, default: str) -> str:
@@ -53,7 +47,7 @@ def make_model(cfg: AblationConfig, num_classes: int) -> nn.Module:
         return build_model(cfg.model, num_classes=num_classes, model_kwargs=cfg.model_kwargs,
                            pretrained=cfg.pretrained)
     except ConfigError as e:
-        raise ConfigError(locate(cfg, " ".join(str(e).split()), "model")) from None
+        raise ConfigError(locate(cfg, one_line(e), "model")) from None
 
 
 def autocast(cfg: AblationConfig, device: torch.device) -> contextlib.AbstractContextManager:
@@ -71,17 +65,6 @@ def loss_fn(cfg: AblationConfig) -> Callable[[torch.Tensor, torch.Tensor], torch
     def criterion(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float(), target, label_smoothing=smoothing)
     return criterion
-
-
-def per_process_batch(cfg: AblationConfig, world: int) -> int:
-    """The loader batch of one process for one micro-step: ``batch_size`` is the global batch
-    of one optimizer step, split over processes and accumulation steps."""
-    parts = world * cfg.grad_accum
-    if cfg.batch_size % parts:
-        raise ConfigError(f"{cfg.loc('batch_size')}: batch_size {cfg.batch_size} is the global "
-                          f"batch; it must divide by processes x grad_accum = {world} x "
-                          f"{cfg.grad_accum}; use a multiple of {parts}")
-    return cfg.batch_size // parts
 
 
 def attach_variant(cfg: AblationConfig, variant: Variant, model: nn.Module, total_steps: int,

@@ -5,9 +5,8 @@ resumed run keeps the same steps), besides every epoch end and every stopping si
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from ..config.checks import interval
+from ..config import Interval
 
 __all__ = ["Cadence"]
 
@@ -15,15 +14,15 @@ __all__ = ["Cadence"]
 class Cadence:
     """The ``checkpoint_every`` setting, asked after each optimizer step.
 
-    >>> c = Cadence("500steps")
+    >>> c = Cadence(Interval(500, "steps"))
     >>> c.due(step=1000), c.due(step=1001)
     ((True, False), (False, False))
     """
 
-    def __init__(self, value: Any) -> None:
-        every = interval(value)
-        self.steps = int(every[1]) if every and every[0] == "steps" else 0
-        self.seconds = every[1] if every and every[0] == "seconds" else 0.0
+    def __init__(self, every: Interval | bool) -> None:
+        """``every``: the config's ``checkpoint_every`` (``False``: at epoch ends only)."""
+        self.steps = every.steps if isinstance(every, Interval) else 0
+        self.seconds = every.seconds if isinstance(every, Interval) else 0.0
         self.last = time.monotonic()
 
     def due(self, step: int, now: float | None = None) -> tuple[bool, bool]:

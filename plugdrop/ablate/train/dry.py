@@ -11,8 +11,8 @@ import plugdrop as pd
 from .. import logging as run_logging
 from ..config import AblationConfig
 from ..data import DataSets, make_loader
-from ..errors import ConfigError
-from .build import autocast, one_line
+from ..errors import ConfigError, one_line
+from .build import autocast
 from .distributed import Dist
 from .trainer import Trainer
 
@@ -71,11 +71,12 @@ def dry_run(cfg: AblationConfig, data: DataSets, d: Dist) -> None:
         trainer = Trainer.create(cfg, variant, cfg.seed_list[0], data, d, 0, ddp=False)
         try:
             dry_step(trainer)
-            if isinstance(cfg.gradcam, dict) and cfg.gradcam.get("layer", "auto") != "auto":
+            spec = cfg.gradcam_at
+            if spec is not None and spec.where != "auto":
                 try:
-                    pd.select(trainer.model, cfg.gradcam["layer"])
+                    pd.select(trainer.model, spec.where)
                 except ValueError as e:
                     raise ConfigError(f"{cfg.loc('gradcam')}: gradcam layer: "
-                                      f"{' '.join(str(e).split())}") from None
+                                      f"{one_line(e)}") from None
         finally:
             trainer.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -42,10 +41,11 @@ def _map_size(shape: tuple, prefix_tokens: int) -> int:
 def gradcam_layer(cfg: AblationConfig, model: nn.Module, x: torch.Tensor) -> str | None:
     """The Grad-CAM layer: the config's, or (auto) the last regularized layer whose map is at
     least 4x4, else the last module of the model with such a map (never a 1x1 "heatmap")."""
-    if cfg.gradcam is False:
+    spec = cfg.gradcam_at
+    if spec is None:
         return None
-    if isinstance(cfg.gradcam, Mapping) and cfg.gradcam.get("layer", "auto") != "auto":
-        return str(cfg.gradcam["layer"])
+    if spec.where != "auto":
+        return spec.where
     prefix = int(getattr(model, "num_prefix_tokens", 0) or 0)
     candidates: list[str] = []
     layers = cfg.attached_layers()
@@ -70,7 +70,8 @@ def gradcam_layer(cfg: AblationConfig, model: nn.Module, x: torch.Tensor) -> str
 def save_gradcam(cfg: AblationConfig, model: nn.Module, data: DataSets, d: Dist,
                  path: Path) -> str | None:
     """Grad-CAM overlays of the first validation images; returns the layer, or None."""
-    n = int(cfg.gradcam.get("images", 8)) if isinstance(cfg.gradcam, Mapping) else 8
+    spec = cfg.gradcam_at
+    n = spec.count if spec is not None else 0
     xs, ys = [], []
     for i in range(min(n, len(data.val))):  # type: ignore[arg-type]
         x, y = data.val[i]

@@ -30,9 +30,9 @@ import torch.nn as nn
 
 import plugdrop as pd
 
-from ..config import AblationConfig, Variant
+from ..config import AblationConfig, CompileSpec, Variant, batch_per_process
 from ..data import DataSets, make_loader
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from . import build
 from .distributed import Dist
 from .metrics import EvalSums
@@ -78,7 +78,7 @@ class Trainer:
         """Build the model, attach the variant, make optimizer, scheduler, scaler and EMA.
         Errors a config can cause are :class:`ConfigError` with the setting's location."""
         seed_all(seed)
-        batch = build.per_process_batch(cfg, d.world)
+        batch = batch_per_process(cfg, d.world)
         model = build.make_model(cfg, len(data.classes)).to(d.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -86,8 +86,7 @@ class Trainer:
             probe = make_loader(data.train, batch_size=batch, train=True, workers=0, seed=seed,
                                 epoch=0, rank=d.rank, world=d.world, device=d.device)
         except ConfigError as e:
-            raise ConfigError(build.locate(cfg, " ".join(str(e).split()), "batch_size")) \
-                from None
+            raise ConfigError(build.locate(cfg, one_line(e), "batch_size")) from None
         steps = len(probe) // cfg.grad_accum
         if steps < 1:
             n_train = len(data.train)  # type: ignore[arg-type]
@@ -106,9 +105,9 @@ class Trainer:
         if d.active and ddp:
             net = nn.parallel.DistributedDataParallel(
                 model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
-        if isinstance(cfg.compile, Mapping):  # after attaching: hooks traced with the model
-            net = torch.compile(net, backend=cfg.compile["backend"],  # type: ignore[assignment]
-                                mode=cfg.compile["mode"])
+        if isinstance(cfg.compile, CompileSpec):  # after attaching: hooks traced with it
+            net = torch.compile(net, backend=cfg.compile.backend,  # type: ignore[assignment]
+                                mode=cfg.compile.mode)
         return cls(cfg, variant, seed, data, d, workers, model, net, optimizer, scheduler,
                    scaler, ema, handles, watch, steps, batch)
 

@@ -1,0 +1,49 @@
+"""The checks that need several settings at once, or a setting and what only the run knows
+(the data's classes, the processes, a shard): each raises a :class:`ConfigError` that names
+the setting's place and the fix. :func:`check_together` runs in the loader, for every config;
+the others where their second half becomes known, before any run trains."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .schema import AblationConfig
+
+__all__ = ["batch_per_process", "check_classes", "check_shard", "check_together"]
+
+
+def check_together(cfg: AblationConfig) -> None:
+    """What the settings of one config must agree on: an adaptive design has a baseline to
+    compare with; ``decide_on: val_acc_ema`` has an EMA model."""
+    if cfg.adaptive and cfg.baseline is None:
+        raise ConfigError(f"{cfg.loc('seeds')}: an adaptive design compares every variant with "
+                          f"the baseline: add a variant 'baseline: []'")
+    if cfg.decide_on.name == "val_acc_ema" and cfg.ema is None:
+        raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: val_acc_ema needs an EMA model; "
+                          f"add ema: true")
+
+
+def check_classes(cfg: AblationConfig, data_name: str, classes: int) -> None:
+    """The decision metric must be one the runs record on data of ``classes`` classes."""
+    if cfg.decide_on.name == "val_top5" and classes <= 5:
+        raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: val_top5 needs more than 5 "
+                          f"classes ({data_name} has {classes}); use val_acc")
+
+
+def check_shard(cfg: AblationConfig, shard: tuple[int, int]) -> None:
+    """Shards split a fixed list of seeds: not an adaptive design's rounds."""
+    if cfg.adaptive:
+        raise ConfigError(f"--shard {shard[0]}/{shard[1]}: shards split a fixed list of seeds; "
+                          f"an adaptive design (seeds: {{min, max}}) decides between rounds: "
+                          f"run it whole, with --launcher processes, submitit or ray to train "
+                          f"its runs in parallel")
+
+
+def batch_per_process(cfg: AblationConfig, world: int) -> int:
+    """The loader batch of one process for one micro-step: ``batch_size`` is the global batch
+    of one optimizer step, split over ``world`` processes and ``grad_accum`` steps."""
+    parts = world * cfg.grad_accum
+    if cfg.batch_size % parts:
+        raise ConfigError(f"{cfg.loc('batch_size')}: batch_size {cfg.batch_size} is the global "
+                          f"batch; it must divide by processes x grad_accum = {world} x "
+                          f"{cfg.grad_accum}; use a multiple of {parts}")
+    return cfg.batch_size // parts
