@@ -14,6 +14,7 @@ from torch.utils.hooks import RemovableHandle
 from ..errors import SettingError
 from ..transforms import CoordinatedTransform, Transform
 from . import _registry
+from ._hooks import BeginHook
 from ._registry import Registered
 
 __all__ = ["Handle", "MixupHandle", "NeverFiredWarning", "mixed_loss"]
@@ -61,11 +62,11 @@ class Handle:
         return any(_registry.has_hook(r.module, r.hook) for r in self._hooks)
 
     def remove(self) -> None:
-        """Take every hook of this attachment off and unbind the optimizer. Idempotent."""
+        """Take every hook of this attachment off and unbind the optimizer. Idempotent; the
+        step count and :attr:`calls` stay as they were."""
         removed = sum(_registry.remove(r) for r in self._hooks)
         if removed:
             _registry.invalidate_compiled()
-        self._hooks = []
         self.unbind()
         self.transform._attached = False
 
@@ -121,13 +122,14 @@ class Handle:
 
     @property
     def calls(self) -> dict[str, int]:
-        """Layer -> how many times the transform ran there since attach: training forwards
-        for a forward transform, forwards under autograd for a gradient transform. Counted
+        """Layer -> how many times the transform ran there since attach (and until
+        :meth:`remove`): training forwards for a forward transform, forwards under autograd
+        for a gradient transform. Counted
         without any host synchronization (a Python int in eager mode, a 0-dim tensor inside
         compiled graphs, read here)."""
         out = {name: 0 for name in self.layers}
         for r in self._hooks:
-            if r.hook.where != "begin" and r.hook.name in out:
+            if not isinstance(r.hook, BeginHook) and r.hook.name in out:
                 out[r.hook.name] += r.hook.count()
         return out
 

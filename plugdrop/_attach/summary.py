@@ -47,7 +47,8 @@ class Summary(list):
 def summary(model: nn.Module) -> Summary:
     """The plugdrop attachments of ``model``: one row per (layer, transform), in module order,
     with the current value of each numeric setting at that layer (per-layer settings, see
-    :func:`plugdrop.by_depth`, show each layer's own) and the number of times the transform ran
+    :func:`plugdrop.by_depth`, show each layer's own, also when the attachment was made on a
+    submodule of ``model``) and the number of times the transform ran
     there (``calls``: training forwards for forward transforms, forwards under autograd for
     gradient transforms), and one per (layer, observer) for the
     observers of :mod:`plugdrop.observe`. ``print(summary(model))`` shows a table.
@@ -60,7 +61,9 @@ def summary(model: nn.Module) -> Summary:
         if isinstance(hook, BeginHook):
             continue
         if isinstance(t, Transform):
-            out.append(SummaryRow(name, repr(t), hook.where, t.values(name), t.step_count,
+            # a per-layer value is keyed by the layer's name where it was attached (hook.name),
+            # which differs from ``name`` when the attachment was made on a submodule
+            out.append(SummaryRow(name, repr(t), hook.where, t.values(hook.name), t.step_count,
                                   calls=hook.count()))
         else:
             out.append(SummaryRow(name, repr(t), hook.where, {}, 0, "observer"))

@@ -1,8 +1,10 @@
-"""What both trainer callbacks do: attach a spec to the model (or one of its submodules), keep
-the schedules at the trainer's optimizer step, report values, and take it all off."""
+"""What both trainer callbacks do: attach a spec to the model (or one of its submodules) at the
+start of each training, keep the schedules at the trainer's optimizer step (a resumed training
+continues them), report the values each step used, and take it all off at the end."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,7 +12,9 @@ import torch.nn as nn
 
 import plugdrop as pd
 
-__all__ = ["Regularizer", "RegularizeCallback", "missing_extra", "spec_arg"]
+from ._resume import ResumeWarning, Saved, changes
+
+__all__ = ["Regularizer", "RegularizeCallback", "ResumeWarning", "missing_extra", "spec_arg"]
 
 
 def missing_extra(framework: str, extra: str, error: ImportError) -> ImportError:
@@ -21,7 +25,7 @@ def missing_extra(framework: str, extra: str, error: ImportError) -> ImportError
 
 class Regularizer:
     """The spec, parsed at once (mistakes fail when the callback is made, not hours later at
-    the first step), and the group it attaches."""
+    the first step), and the group it attaches for each training."""
 
     def __init__(self, spec: Any, module: str | None, steps: int | None, watch: Any,
                  remove_at_end: bool, source: str | None, example_input: Any = None) -> None:
@@ -40,7 +44,11 @@ class Regularizer:
         self.example_input = example_input
         self.group: pd.AttachmentGroup | None = None
         self.watch: pd.Watch | None = None
-        self.pending: Mapping[str, Any] | None = None
+        #: what the schedules without ``steps:`` span in the current training
+        self.total: int | None = None
+        self._watched: list[tuple[pd.Handle, str]] = []
+        self._in_use: dict[str, float] = {}
+        self._in_use_at: dict[str, float] = {}
 
     def plain_spec(self) -> list[dict[str, Any]]:
         """The spec as plain data (JSON, YAML), to store or recreate the callback from."""
@@ -57,48 +65,118 @@ class Regularizer:
                                    f"submodule; its children are {', '.join(names) or 'none'}"
                                    ) from None
 
-    def attach(self, root: nn.Module, total_steps: int | None) -> pd.AttachmentGroup:
-        """Attach (once; again after :meth:`remove`) and apply a state loaded before."""
-        if self.group is not None and self.group.attached:
-            return self.group
+    def attach(self, root: nn.Module, total: int | None, unknown: str = "") -> pd.AttachmentGroup:
+        """Attach the spec to ``root`` (its ``module`` submodule) for one training, at step 0:
+        what an earlier training left attached is taken off first, and the schedules written
+        without ``steps:`` span ``steps=`` or the training's ``total`` optimizer steps.
+
+        Raises:
+            SpecError: a schedule needs the training's length and neither is known
+                (``unknown`` says why the trainer cannot tell it).
+            SelectorError, AttachError: what :func:`plugdrop.attach_all` raises.
+        """
         model = self.target(root)
+        span = self.steps or total
+        if span is None:
+            self._need_steps(unknown)
+        self.remove()
         example = self.example_input
         if example is not None:
             device = next((p.device for p in model.parameters()), None)
             example = _to(example, device) if device is not None else example
-        self.group = pd.attach_all(model, self.specs, steps=self.steps or total_steps,
-                                   example_input=example)
+        self.group = pd.attach_all(model, self.specs, steps=span, example_input=example)
+        self.total = span
+        self._in_use, self._in_use_at, self._watched = {}, {}, []
         if self.watch_selector is not None:
             self.watch = pd.watch(model, self.watch_selector)
-        if self.pending is not None:
-            self.group.load_state_dict(self.pending)
-            self.pending = None
+            names = set(pd.select(model, self.watch_selector))
+            self._watched = [(h, layer) for h in self.group for layer in h.layers
+                             if layer in names]
         return self.group
+
+    def _need_steps(self, unknown: str) -> None:
+        for s in self.specs:
+            for setting, kind in s.needs_steps.items():
+                raise pd.SpecError(
+                    f"{s.loc + ': ' if s.loc else ''}{setting}: the {kind} schedule spans the "
+                    f"training (it has no 'steps:'), and "
+                    f"{unknown or 'the trainer does not give its length'}: give "
+                    f"Regularize(steps=N), the optimizer steps it spans, or 'steps:' in the "
+                    f"schedule")
+
+    def move_to(self, step: int, each: Sequence[int] | None = None) -> None:
+        """Put every schedule at ``step`` (or attachment ``i`` at ``each[i]``), forwards or
+        backwards."""
+        if self.group is not None:
+            for i, h in enumerate(self.group):
+                h.load_state_dict({"step": int(each[i]) if each is not None else int(step)})
 
     def sync(self, step: int) -> None:
         """Put the schedules at optimizer step ``step`` (never backwards)."""
         if self.group is not None and step > self.group.step_count:
             self.group.step(step - self.group.step_count)
 
-    def values(self) -> dict[str, float]:
-        """``plugdrop/<attachment>/<setting>`` (and ``plugdrop/watch/<layer>/<stat>``)."""
-        out = {f"plugdrop/{k}": v for k, v in (self.group.values() if self.group else {}).items()}
-        if self.watch is not None:
-            out.update({f"plugdrop/watch/{k}": v for k, v in self.watch.as_dict(reset=True).items()})
-        return out
+    def resume(self, saved: Saved | None, trainer_step: int) -> str | None:
+        """Put the schedules where a resumed training continues them and say, for a warning,
+        why that is not an exact resume (``None`` when it is).
+
+        The checkpoint's attachments doing what those given now do (however written): each
+        continues at its saved step. Other attachments: every schedule continues at the saved
+        step (``trainer_step`` when ``saved`` has none), the attachments given now in force.
+        No saved state: the trainer's step.
+        """
+        if self.group is None:
+            return None
+        if saved is None:
+            self.move_to(trainer_step)
+            return (f"the checkpoint holds no state of this callback; the schedules start at "
+                    f"the trainer's step {trainer_step}") if trainer_step > 0 else None
+        change = changes(saved, self.specs, self.module, self.total)
+        if change is None and len(saved.steps) == len(self.group):
+            self.move_to(0, saved.steps)
+            return None
+        step = saved.step if saved.step is not None else trainer_step
+        self.move_to(step)
+        if change is None:
+            return None
+        return (f"resumed with other attachments than the checkpoint was saved with ({change});"
+                f" the schedules continue at the trainer's step {step} with those given now")
+
+    def capture(self) -> dict[str, float]:
+        """Record and return the values the coming forward uses, ``plugdrop/<attachment>/
+        <setting>`` (a per-layer setting: its mean over the layers), and each watched layer's
+        own."""
+        if self.group is None:
+            return {}
+        self._in_use = {f"plugdrop/{k}": v for k, v in self.group.values().items()}
+        self._in_use_at = {f"{layer}/{k}": v for h, layer in self._watched
+                           for k, v in h.transform.values(layer).items()}
+        return dict(self._in_use)
+
+    @property
+    def in_use(self) -> dict[str, float]:
+        """What :meth:`capture` recorded last."""
+        return dict(self._in_use)
+
+    def watch_stats(self) -> dict[str, float]:
+        """``plugdrop/watch/<layer>/<stat>`` since the last call (the watch's statistics,
+        read and reset; a watched layer's scheduled setting is the value the last captured
+        forward used there)."""
+        if self.watch is None:
+            return {}
+        stats = self.watch.as_dict(reset=True)
+        return {f"plugdrop/watch/{k}": self._in_use_at.get(k, v) for k, v in stats.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        if self.group is not None:
-            return self.group.state_dict()
-        return dict(self.pending or {})
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if self.group is not None and self.group.attached:
-            self.group.load_state_dict(state)
-        else:
-            self.pending = state
+        """The group's steps (:meth:`plugdrop.AttachmentGroup.state_dict`) with the spec,
+        the module and the training's length they were attached with: plain data."""
+        if self.group is None:
+            return {}
+        return {**self.group.state_dict(), "spec": self.plain_spec(), "module": self.module,
+                "total_steps": self.total}
 
     def remove(self) -> None:
+        """Take the group and the watch off the model (the group keeps its steps and counts)."""
         if self.group is not None:
             self.group.remove()
         if self.watch is not None:
@@ -127,7 +205,7 @@ def spec_arg(spec: Any) -> Any:
 
 class RegularizeCallback:
     """What both trainers' ``Regularize`` callbacks share: the checked spec with what it
-    attached, the switch for logging, and a short ``repr``."""
+    attached, the switch for logging, warnings, and a short ``repr``."""
 
     def __init__(self, spec: Any, module: str | None, steps: int | None, log: bool, watch: Any,
                  remove_at_end: bool, example_input: Any, source: str | None) -> None:
@@ -137,8 +215,14 @@ class RegularizeCallback:
 
     @property
     def group(self) -> pd.AttachmentGroup | None:
-        """The :class:`~plugdrop.AttachmentGroup` while training (``None`` before)."""
+        """The :class:`~plugdrop.AttachmentGroup` of the last training (``None`` before the
+        first); after a training it keeps its steps and counts, taken off the model unless
+        ``remove_at_end=False``."""
         return self._reg.group
 
+    def _warn(self, message: str, category: type[Warning] = ResumeWarning) -> None:
+        warnings.warn(f"{self!r}: {message}", category, stacklevel=3)
+
     def __repr__(self) -> str:
-        return f"Regularize({', '.join(s.label for s in self._reg.specs)})"
+        module = f", module={self._reg.module!r}" if self._reg.module is not None else ""
+        return f"Regularize({', '.join(s.label for s in self._reg.specs)}{module})"

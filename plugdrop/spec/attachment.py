@@ -14,7 +14,7 @@ import torch.nn as nn
 from .._attach import Handle, attach
 from ..errors import SpecError
 from ..transforms import CoordinatedTransform, GradientTransform, catalog
-from ._values import build_value, check_schedule, transform_names
+from ._values import PROBE_STEPS, build_value, check_schedule, steps_needed, transform_names
 from ._yaml import Loc, LocDict, fail, plain, suggest
 
 __all__ = ["ATTACH_KEYS", "AttachmentSpec", "check_together", "parse_attachment"]
@@ -106,6 +106,14 @@ class AttachmentSpec:
         return uses(self.layers) or uses(self.exclude)
 
     @property
+    def needs_steps(self) -> dict[str, str]:
+        """Setting -> the name of its schedule that takes its length from the training
+        (written without ``steps:``; ``{"p": "linear"}``): building these needs the training's
+        optimizer steps. Empty when every schedule gives its own."""
+        kinds = {k: steps_needed(v) for k, v in self.kwargs.items()}
+        return {k: kind for k, kind in kinds.items() if kind is not None}
+
+    @property
     def label(self) -> str:
         """A short name for logs: ``DropBlock@layer3.*``."""
         return f"{self.transform}@{self.layers}"
@@ -128,6 +136,11 @@ def parse_attachment(raw: Any, loc: Loc | None = None, context: str = "") -> Att
     at = raw.at if isinstance(raw, LocDict) else (lambda k: loc)
     for key in ("layers", "transform"):
         if key not in raw:
+            typo = [k for k in raw if k not in ATTACH_KEYS and suggest(k, [key])]
+            if typo:
+                raise fail(at(typo[0]), f"an attachment has no key {typo[0]!r}"
+                                        f"{suggest(typo[0], [key])}; it takes "
+                                        f"{', '.join(ATTACH_KEYS)} and the transform's settings")
             raise fail(loc, f"attachment without {key!r}")
     name = raw["transform"]
     if not isinstance(name, str) or name not in transforms:
@@ -157,7 +170,7 @@ def parse_attachment(raw: Any, loc: Loc | None = None, context: str = "") -> Att
                           exclude=plain(raw.get("exclude")), where=where,
                           element=plain(raw.get("element")), loc=str(loc or ""))
     try:
-        spec.build(1000)
+        spec.build(PROBE_STEPS)
     except (TypeError, ValueError) as e:
         bad = next((at(k) for k in kwargs if re.match(rf"\W*{re.escape(str(k))}\b", str(e))),
                    loc)

@@ -273,3 +273,78 @@ def test_empty_and_wrongly_typed_values(spec, says):
         return
     with pytest.raises(pd.SpecError, match=re.escape(says)):
         pd.attach_all(Net(), spec)
+
+
+class _Parent(nn.Module):
+    """A model that holds the regularized network as a child, as a LightningModule does."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+
+
+def test_summary_of_a_parent_shows_each_layers_own_value():
+    parent = _Parent()
+    group = pd.attach_all(parent.net, [{"layers": "layer*.*.conv", "transform": "Dropout2d",
+                                        "p": {"schedule": "by_depth", "start": 0.0,
+                                              "end": 0.3}}])
+    own = {f"net.{layer}": group[0].transform.values(layer)["p"] for layer in group[0].layers}
+    assert list(own.values()) == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    rows = pd.summary(parent)
+    assert {r.layer: r.values["p"] for r in rows} == pytest.approx(own)
+    assert [r.values for r in group.summary()] == [r.values for r in rows]
+
+
+WARM = {"layers": "layer1.*.conv", "transform": "DropBlock", "block_size": 3,
+        "p": {"schedule": "cosine", "start": 0.05, "end": 0.15, "warmup": 2}}
+
+
+def test_a_warmup_fits_inside_the_trainings_steps():
+    group = pd.attach_all(Net(), [WARM], steps=12)
+    values = []
+    for _ in range(13):
+        values.append(group.values()["DropBlock@layer1.*.conv/p"])
+        group.step()
+    # 0 -> 0.05 over the 2 warm-up steps, then the half-cosine to 0.15 at step 12, not 14
+    assert values[:3] == pytest.approx([0.0, 0.025, 0.05])
+    assert values[7] == pytest.approx(0.1) and values[12] == pytest.approx(0.15)
+    assert repr(group[0].transform) == ("DropBlock(p=warmup(cosine(0.05, 0.15, steps=10), "
+                                        "steps=2, start=0), block_size=3)")
+
+
+def test_a_schedule_with_its_own_steps_keeps_its_warmup_in_front():
+    group = pd.attach_all(Net(), [{**WARM, "p": {**WARM["p"], "steps": 12}}], steps=100)
+    assert repr(group[0].transform) == (
+        "DropBlock(p=warmup(cosine(0.05, 0.15, steps=12), steps=2, start=0), block_size=3)")
+
+
+def test_a_warmup_schedule_leaves_the_rest_of_the_training_to_what_it_warms_up():
+    spec = [{"layers": "layer1.*.conv", "transform": "Dropout2d",
+             "p": {"schedule": "warmup", "steps": 4,
+                   "value": {"schedule": "linear", "start": 0.1, "end": 0.2}}}]
+    group = pd.attach_all(Net(), spec, steps=12)
+    assert repr(group[0].transform) == (
+        "Dropout2d(p=warmup(linear(0.1, 0.2, steps=8), steps=4, start=0))")
+    group.step(12)
+    assert group.values()["Dropout2d@layer1.*.conv/p"] == pytest.approx(0.2)
+
+
+def test_a_warmup_as_long_as_the_training_says_so():
+    with pytest.raises(pd.SpecError, match=r"^spec\[0\]: p: the cosine schedule's warmup of 12 "
+                                           r"steps leaves none of the training's 12 steps"):
+        pd.attach_all(Net(), [{**WARM, "p": {**WARM["p"], "warmup": 12}}], steps=12)
+    # a long warm-up is checked against the training's length, not against a guess of it
+    long = pd.parse_spec([{**WARM, "p": {**WARM["p"], "warmup": 5000}}])
+    assert pd.attach_all(Net(), long, steps=20_000)[0].transform.p == 0.0
+
+
+@pytest.mark.parametrize("text, where, says", [
+    ("- {layer: 'layer1.*', transform: DropBlock}", "<spec>:1:4",
+     "an attachment has no key 'layer' (did you mean 'layers'?)"),
+    ("- layers: 'layer1.*'\n  transfrom: DropBlock\n  p: 0.1", "<spec>:2:3",
+     "an attachment has no key 'transfrom' (did you mean 'transform'?)"),
+])
+def test_a_misspelled_attachment_key_gets_a_suggestion(text, where, says):
+    with pytest.raises(pd.SpecError) as e:
+        pd.attach_all(Net(), text, steps=10)
+    assert str(e.value).startswith(where + ": ") and says in str(e.value), str(e.value)
