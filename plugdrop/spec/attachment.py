@@ -12,7 +12,7 @@ from typing import Any
 import torch.nn as nn
 
 from .._attach import Handle, attach
-from ..errors import SpecError
+from ..errors import SpecError, one_line
 from ..transforms import CoordinatedTransform, GradientTransform, catalog
 from ._values import PROBE_STEPS, build_value, check_schedule, steps_needed, transform_names
 from ._yaml import Loc, LocDict, fail, plain, suggest
@@ -174,7 +174,7 @@ def parse_attachment(raw: Any, loc: Loc | None = None, context: str = "") -> Att
     except (TypeError, ValueError) as e:
         bad = next((at(k) for k in kwargs if re.match(rf"\W*{re.escape(str(k))}\b", str(e))),
                    loc)
-        raise fail(bad, f"bad {name} settings: {' '.join(str(e).split())}") from None
+        raise fail(bad, f"bad {name} settings: {one_line(e)}") from None
     return spec
 
 
