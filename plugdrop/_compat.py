@@ -9,14 +9,17 @@ in the installed torch, so a rename fails a test instead of silently disabling a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 import torch.nn as nn
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 __all__ = ["WRAPPERS", "HOOK_DICTS", "hook_dicts", "pop_hook", "compiled_frames",
-           "scale_async", "mark_static"]
+           "scale_async", "mark_static", "constant_result"]
 
 #: Wrapper class name -> attribute holding the wrapped module (DDP, DataParallel,
 #: ``torch.compile``'s OptimizedModule, activation-checkpoint / offload wrappers, FSDP1).
@@ -87,3 +90,15 @@ def mark_static(t: torch.Tensor) -> torch.Tensor:
     if mark is not None:
         mark(t, guard=False)
     return t
+
+
+#: the attribute ``torch.compiler.assume_constant_result`` sets on a function (dynamo's mark)
+_CONSTANT_MARK = "_dynamo_marked_constant"
+
+
+def constant_result(fn: Callable[P, R]) -> Callable[P, R]:
+    """``torch.compiler.assume_constant_result``, without importing dynamo: the decorator only
+    marks the function (what dynamo reads when it traces a call), and importing dynamo to apply
+    it costs seconds at ``import plugdrop``, which no eager user should pay."""
+    setattr(fn, _CONSTANT_MARK, True)
+    return fn

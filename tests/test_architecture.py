@@ -119,6 +119,8 @@ def test_every_private_torch_name_still_exists():
     assert not any(key in getattr(m, n) for n in _compat.HOOK_DICTS + _compat._HOOK_FLAG_DICTS)
     assert _compat.compiled_frames() is not None
     assert hasattr(torch.amp.GradScaler, "_get_scale_async")
+    marked = torch.compiler.assume_constant_result(lambda: 1)  # what constant_result copies
+    assert getattr(marked, _compat._CONSTANT_MARK) is True
     assert callable(torch._dynamo.mark_static_address)
     assert _compat.WRAPPERS["OptimizedModule"] in vars(torch.compile(nn.Linear(1, 1)))["_modules"]
     from torch.distributed.algorithms._checkpoint import checkpoint_wrapper as cw
@@ -320,3 +322,19 @@ def test_the_rule_checks_catch_what_they_look_for(tmp_path):
     assert _rank(tools, "plugdrop.ablate.launch.driver") == tools["plugdrop.ablate.launch"]
     assert _rank(library, "plugdrop.ablate.runs.files") == library["plugdrop.ablate"]
     assert _rank(library, "plugdrop_other") is None
+
+
+def test_importing_plugdrop_imports_no_compiler():
+    """``import plugdrop`` stays cheap for an eager user (and every job of an ablation): it
+    loads no part of torch.compile (dynamo alone costs seconds); compiling loads it."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, plugdrop\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith(('torch._dynamo', "
+            "'torch._inductor')))\n"
+            "sys.exit(f'loaded: {loaded[:5]}' if loaded else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -18,6 +18,8 @@ from collections import Counter
 
 import torch
 
+from .._compat import constant_result
+
 def coverage(size: int, block: int) -> list[int]:
     """Per-axis seed coverage counts ``c(i)`` for a block ``block <= size``."""
     last = size - block
@@ -46,7 +48,7 @@ def paper_gamma(p: float, sizes: tuple[int, ...], blocks: tuple[int, ...]) -> fl
     return p * area / (math.prod(blocks) * valid)
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def _geometry(sizes: tuple[int, ...], blocks: tuple[int, ...]
               ) -> tuple[tuple[float, ...], tuple[float, ...], float]:
     """(coverage counts, their weights, paper gamma per unit p): constants for a trace."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .._compat import constant_result
 from . import autograd as KA
 from . import cext, geometry
 
@@ -70,7 +71,7 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 block_drop.register_autograd(_backward, setup_context=_setup_context)
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def _kernel_built() -> bool:
     return cext.library() is not None
 
