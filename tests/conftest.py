@@ -12,6 +12,24 @@ import torch
 import torch.nn as nn
 
 
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # one worker per core (./dev test): one torch thread each, not two threads per core
+        torch.set_num_threads(1)
+
+
+#: tests that must share one xdist worker: they start a cluster of their own on this machine
+#: (fixed ports, one Slurm state folder), so two at once would meet
+_GROUPS = {"slurm_cluster": "slurm", "ray_cluster": "ray"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, group in _GROUPS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

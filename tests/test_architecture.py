@@ -324,6 +324,7 @@ def test_the_rule_checks_catch_what_they_look_for(tmp_path):
     assert _rank(library, "plugdrop_other") is None
 
 
+@pytest.mark.slow
 def test_importing_plugdrop_imports_no_compiler():
     """``import plugdrop`` stays cheap for an eager user (and every job of an ablation): it
     loads no part of torch.compile (dynamo alone costs seconds); compiling loads it."""

@@ -63,6 +63,7 @@ def test_the_examples_of_a_page_run(page, tmp_path, monkeypatch):
             exec(code, namespace)  # noqa: S102 - the documentation's own examples
 
 
+@pytest.mark.slow
 def test_the_docs_build_offline_without_warnings(tmp_path):
     pytest.importorskip("sphinx")
     pytest.importorskip("furo")

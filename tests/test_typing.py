@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_mypy_is_clean_on_the_package():
     pytest.importorskip("mypy", reason="mypy comes with the dev extra (./dev test installs it)")
     result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary"], cwd=ROOT,

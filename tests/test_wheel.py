@@ -17,6 +17,9 @@ import pytest
 
 import plugdrop as pd
 
+#: builds and installs a wheel and an sdist
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 TOP = {".git", ".venv", "build", "dist", "plugdrop.egg-info", "runs", "site", ".hypothesis",
        "tests", "benchmarks", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".benchmarks"}

@@ -119,6 +119,7 @@ def ref(tmp_path_factory) -> Path:
 # --------------------------------------------------------------------------- a full disk
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_ablation_with_one_line_and_resume_finishes_it(tmp_path, ref):
     with small_fs(tmp_path / "fs") as fs:
         if fs is None:
@@ -143,6 +144,7 @@ def test_a_full_disk_stops_the_ablation_with_one_line_and_resume_finishes_it(tmp
         assert rows(out) == rows(ref)
 
 
+@pytest.mark.slow
 def test_the_file_size_limit_is_one_line_and_resume_finishes_it(tmp_path, ref):
     """RLIMIT_FSIZE (``ulimit -f``) below the size of a checkpoint: the first checkpoint
     cannot be written (EFBIG; Python ignores SIGXFSZ)."""
@@ -160,6 +162,7 @@ def test_the_file_size_limit_is_one_line_and_resume_finishes_it(tmp_path, ref):
     assert rows(out) == rows(ref)
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_processes_launcher(tmp_path, ref):
     """The jobs inherit the file-size limit: each exits with 74; the driver stops with the
     job's line and starts no other run."""
@@ -177,6 +180,7 @@ def test_a_full_disk_under_the_processes_launcher(tmp_path, ref):
     assert rows(out) == rows(ref)
 
 
+@pytest.mark.slow
 def test_a_read_only_folder(tmp_path, ref):
     """An ablation resumed in a folder that became read-only (a snapshot, a remount)."""
     with small_fs(tmp_path / "fs") as fs:
@@ -218,6 +222,7 @@ def _unfinished(ref: Path, tmp_path: Path) -> tuple[Path, Path]:
     return out, run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", [0, 1, 100, 0.5, -1])
 def test_a_torn_checkpoint_resumes_from_the_previous_one(tmp_path, ref, keep, capsys,
                                                          one_thread):
@@ -234,6 +239,7 @@ def test_a_torn_checkpoint_resumes_from_the_previous_one(tmp_path, ref, keep, ca
     assert (run / "checkpoint.pt.unused").read_bytes() == data[:cut]  # kept for a look
 
 
+@pytest.mark.slow
 def test_without_a_readable_checkpoint_the_run_starts_again(tmp_path, ref, capsys,
                                                             one_thread):
     out, run = _unfinished(ref, tmp_path)
@@ -252,6 +258,7 @@ def _attempts(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "attempts.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_torn_metrics_line_is_dropped_and_written_again(tmp_path, ref, capsys, one_thread):
     """Killed while appending epoch 3's line: two whole lines and half of one; the checkpoint
     of epoch 2 in place (the order a run writes them)."""
@@ -265,6 +272,7 @@ def test_a_torn_metrics_line_is_dropped_and_written_again(tmp_path, ref, capsys,
     assert [a["start_epoch"] for a in _attempts(run)] == [1, 3]
 
 
+@pytest.mark.slow
 def test_a_checkpoint_ahead_of_its_metrics_is_passed_over(tmp_path, ref, capsys, one_thread):
     """A storage fault tore epoch 3's metrics line after its checkpoint was written: the
     checkpoint of epoch 2 is the last one whose epochs are all recorded."""
@@ -284,6 +292,7 @@ HEAVY = CFG.replace("model: tinynet:make", "model: tinynet:make_heavy").replace(
 """, "")
 
 
+@pytest.mark.slow
 def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path):
     """A run with a 96 MB checkpoint, killed while it writes epoch 2's: epoch 1's survives
     whole, and the resumed run ends as an uninterrupted one."""
@@ -334,6 +343,7 @@ def images(tmp_path_factory) -> tuple[Path, Path]:
     return data, reference_ablation(root / "ref", IMAGES.format(data=data))
 
 
+@pytest.mark.slow
 def test_a_data_folder_that_vanishes_mid_run(tmp_path, images):
     data, ref = images
     out, cfg = tmp_path / "out", write(tmp_path, IMAGES.format(data=data))
@@ -355,6 +365,7 @@ def test_a_data_folder_that_vanishes_mid_run(tmp_path, images):
     assert rows(out) == rows(ref)
 
 
+@pytest.mark.slow
 def test_data_files_that_changed_are_named_on_resume(tmp_path, images, capsys):
     data, ref = images
     out = tmp_path / "out"

@@ -134,6 +134,7 @@ def test_shard_assignment_is_stable_and_balanced():
     assert select(items, 2, 3) == [1, 4, 7]
 
 
+@pytest.mark.slow
 def test_two_shards_at_once_merge_into_the_single_process_table(tmp_path, ref, capsys):
     out = tmp_path / "out"
     path = write(tmp_path, CFG)
@@ -162,6 +163,7 @@ def test_two_shards_at_once_merge_into_the_single_process_table(tmp_path, ref, c
 # ------------------------------------------------------------------------------ submitit
 
 
+@pytest.mark.slow
 def test_submitit_local_preempted_and_killed_jobs_resume(tmp_path, ref):
     """Two jobs at once; one preempted (SIGUSR2, submitit's checkpoint-and-requeue), a later
     one killed (SIGKILL, submitted again by the driver); both resume at epoch 2."""
@@ -188,6 +190,7 @@ def test_submitit_local_preempted_and_killed_jobs_resume(tmp_path, ref):
 # ----------------------------------------------------------------------------------- ray
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, capsys):
     out = tmp_path / "out"
@@ -212,6 +215,7 @@ def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, capsys):
     assert "done 4, failed 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_ray_waits_for_a_run_another_process_trains(tmp_path, capsys):
     """A run whose lock another process holds (an earlier driver's job, a shard) is not trained
@@ -244,6 +248,7 @@ def test_ray_waits_for_a_run_another_process_trains(tmp_path, capsys):
     assert (out / "runs" / "baseline__s0" / "done.json").exists()
 
 
+@pytest.mark.slow
 def test_worker_entry_point_runs_one_run(tmp_path, ref):
     """``python -m plugdrop.ablate.worker OUT RUN_ID`` on a folder whose run is gone: trains
     exactly that run; a finished run is left alone; a wrong id is one line."""
@@ -267,6 +272,7 @@ def test_worker_entry_point_runs_one_run(tmp_path, ref):
 
 
 
+@pytest.mark.slow
 def test_data_parallel_run_through_torchrun_inside_a_submitit_job(tmp_path):
     """``--nproc-per-run 2``: the job starts torchrun, whose 2 processes train the run with
     DistributedDataParallel (the global batch kept: 1438 // 128 steps per epoch)."""
@@ -291,6 +297,7 @@ def test_data_parallel_run_through_torchrun_inside_a_submitit_job(tmp_path):
 # ----------------------------------------------------------------------------- processes
 
 
+@pytest.mark.slow
 def test_processes_two_at_once_and_a_killed_one_resumes(tmp_path, ref):
     """``--launcher processes``: two runs at once, each a process of its own; one killed
     (SIGKILL) after its first epoch is started again by the driver and resumes at epoch 2."""

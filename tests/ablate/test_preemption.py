@@ -98,6 +98,7 @@ def ref(tmp_path_factory) -> Path:
 
 # Polls: one after each step, one more after an epoch's last (a signal there keeps the
 # epoch's training and goes straight to evaluation on resume).
+@pytest.mark.slow
 @pytest.mark.parametrize("poll,step", [(1, 1), (9, 9), (STEPS, STEPS), (STEPS + 1, STEPS),
                                        (STEPS + 1 + 7, STEPS + 7)])
 def test_a_run_stopped_at_any_step_resumes_there_exactly(ref, tmp_path, signal_at, capsys,
@@ -115,6 +116,7 @@ def test_a_run_stopped_at_any_step_resumes_there_exactly(ref, tmp_path, signal_a
     assert (second["start_epoch"], second["start_step"]) == (1 + (step - 1) // STEPS, step)
 
 
+@pytest.mark.slow
 def test_a_steps_interval_checkpoints_in_the_middle_of_epochs(ref, tmp_path, monkeypatch):
     """``checkpoint_every: 5steps``: a checkpoint every 5 optimizer steps of the run (and at
     every epoch end), none of which changes a number."""
@@ -137,6 +139,7 @@ def test_a_steps_interval_checkpoints_in_the_middle_of_epochs(ref, tmp_path, mon
     assert rows(tmp_path / "out") == rows(ref)
 
 
+@pytest.mark.slow
 def test_workers_and_random_augmentation_resume_exactly(tmp_path, signal_at):
     """An ImageFolder with timm's random augmentation loaded by 2 worker processes: each
     sample's augmentation is seeded by (seed, epoch, sample), so the rest of an epoch after a
@@ -187,6 +190,7 @@ def first_mid_epoch_checkpoint(out: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.005)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2])  # SIGUSR1: as SIGUSR2
 def test_a_signal_checkpoints_the_step_and_resume_is_exact(ref, tmp_path, sig):
     cfg = write(tmp_path, CFG.format(every="5steps"))
@@ -206,6 +210,7 @@ def test_a_signal_checkpoints_the_step_and_resume_is_exact(ref, tmp_path, sig):
     assert rows(out) == rows(ref)
 
 
+@pytest.mark.slow
 def test_sigkill_loses_at_most_the_interval(ref, tmp_path):
     cfg = write(tmp_path, CFG.format(every="5steps"))
     out = tmp_path / "out"
@@ -220,6 +225,7 @@ def test_sigkill_loses_at_most_the_interval(ref, tmp_path):
     assert rows(out) == rows(ref)
 
 
+@pytest.mark.slow
 def test_a_job_stopped_by_sigterm_is_submitted_again_and_resumes_at_its_step(ref, tmp_path):
     """``--launcher processes``: SIGTERM to the job's worker process (what a scheduler sends)
     makes it checkpoint its step and exit 128 + 15; the driver submits the run again and the
@@ -243,6 +249,7 @@ def test_a_job_stopped_by_sigterm_is_submitted_again_and_resumes_at_its_step(ref
     assert rows(out) == rows(ref)
 
 
+@pytest.mark.slow
 def test_under_torchrun_every_rank_stops_at_the_same_step(tmp_path):
     """SIGTERM to torchrun (which hands it to its ranks): the ranks agree on the step, each
     keeps its own position in the checkpoint, and the resumed run finishes."""

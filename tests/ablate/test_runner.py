@@ -24,6 +24,7 @@ def metrics(out: Path, run: str) -> list[dict]:
             .splitlines()]
 
 
+@pytest.mark.slow
 def test_end_to_end_run_folders(tmp_path, capsys):
     out = tmp_path / "out"
     path = write(tmp_path, GOOD.replace("seeds: [0, 1]", "seeds: [0, 1]\ndevice: cpu"))
@@ -66,6 +67,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
         time.sleep(0.005)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path, one_thread):
     text = SMALL.replace("epochs: 2", "epochs: 3") + "ema: 0.9\n"
     path = write(tmp_path, text)
@@ -87,6 +89,7 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, one_thread):
         assert a[-1]["watch"] == b[-1]["watch"]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_cleanly_and_prints_the_resume_command(tmp_path):
     path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 30"))
     out = tmp_path / "out"
@@ -103,6 +106,7 @@ def test_sigterm_stops_cleanly_and_prints_the_resume_command(tmp_path):
     assert done and torch_load_epoch(run.checkpoint) == done[-1]["epoch"]
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_says_the_runs_stopped_at_once(tmp_path, capsys, monkeypatch):
     """A second SIGINT interrupts the run where it is (no checkpoint at that step): the last
     line says so, not that every run kept the step it reached."""
@@ -126,6 +130,7 @@ def torch_load_epoch(path: Path) -> int:
     return int(torch.load(path, weights_only=True)["epoch"])
 
 
+@pytest.mark.slow
 def test_folder_of_another_config_is_refused_and_locked(tmp_path, capsys):
     path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1"))
     out = tmp_path / "out"
@@ -147,6 +152,7 @@ def test_folder_of_another_config_is_refused_and_locked(tmp_path, capsys):
         lock.release()
 
 
+@pytest.mark.slow
 def test_a_crashing_run_does_not_stop_the_others(tmp_path, capsys):
     text = SMALL.replace("epochs: 2", "epochs: 1") + (
         "  explode:\n    - {layers: fc, transform: ScaleGrad, factor: 1.0e+30}\n"
@@ -159,6 +165,7 @@ def test_a_crashing_run_does_not_stop_the_others(tmp_path, capsys):
     assert "run explode__s0 failed" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bf16_ema_grad_accum_and_tensorboard(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -221,6 +228,7 @@ def test_dry_step_names_the_setting(tmp_path, capsys, extra, where, message):
     assert f"{path}{where}" in err and message in err, err
 
 
+@pytest.mark.slow
 def test_torchrun_global_batch_and_errors_once(tmp_path):
     out = tmp_path / "out"
     path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1").replace(
@@ -240,6 +248,7 @@ def test_torchrun_global_batch_and_errors_once(tmp_path):
     assert "Traceback" not in bad.stderr[:ours], bad.stderr[-3000:]  # ours comes first
 
 
+@pytest.mark.slow
 def test_report_command(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["ablate", str(write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1"))),
@@ -251,6 +260,7 @@ def test_report_command(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
 
 
+@pytest.mark.slow
 def test_finetune_on_an_image_folder_with_a_corrupt_image(tmp_path, capsys):
     """Fine-tuning from a checkpoint file the test saved, on an ImageFolder tree written here
     (one image corrupt: skipped and counted), with timm augmentation and workers."""
@@ -319,6 +329,7 @@ def test_gradcam_layer_has_a_map_of_4x4_and_takes_tokens(tmp_path):
     assert (tmp_path / "cam.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
     text = SMALL.replace("epochs: 2", "epochs: 1").replace(
         "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
@@ -332,6 +343,7 @@ def test_ablation_variant_with_manifold_mixup(tmp_path, capsys):
     assert rec["values"]["ManifoldMixup@['', 'layer1', 'layer2.0']/alpha"] == 2.0
 
 
+@pytest.mark.slow
 def test_a_variant_with_two_coordinated_transforms_trains(tmp_path, capsys):
     """ManifoldMixup and PatchUp in one variant: both act, and the targets are mixed for
     what each did (plugdrop.mixed_loss), not through the first handle only."""
@@ -388,6 +400,7 @@ def test_a_regularizer_that_never_runs_is_refused_before_training(tmp_path, caps
     assert not (tmp_path / "out" / "runs" / "baseline__s0" / "done.json").exists()
 
 
+@pytest.mark.slow
 def test_compile_setting_trains_the_compiled_model_with_its_attachments(tmp_path, capsys):
     """``compile:`` wraps the model (after attaching, so the hooks are traced with it): the
     run trains, the DropBlock inside the compiled graph runs (its calls are counted there),

@@ -28,6 +28,9 @@ from plugdrop.ablate.errors import Exit
 from plugdrop.ablate.runs import CheckpointRefused, load_checkpoint
 from plugdrop.cli import main
 
+#: every test trains or resumes an ablation
+pytestmark = pytest.mark.slow
+
 RUN = "dropblock__s0"
 TIMING = {"epoch_time", "images_per_s"}
 

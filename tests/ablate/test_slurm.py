@@ -46,6 +46,7 @@ def wait_for_line(path: Path, line: str, cluster: SlurmCluster, timeout: float =
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_batch_job_runs_and_leaves_the_queue(slurm_cluster, tmp_path):
     c = slurm_cluster
     out = tmp_path / "out.txt"
@@ -59,6 +60,7 @@ def test_a_batch_job_runs_and_leaves_the_queue(slurm_cluster, tmp_path):
     assert acct.stdout.splitlines() == ["JobID|State|NodeList", f"{job}|COMPLETED|{c.node}"]
 
 
+@pytest.mark.slow
 def test_scontrol_requeue_terminates_the_job_and_runs_it_again(slurm_cluster, tmp_path):
     c = slurm_cluster
     log = tmp_path / "log"
@@ -84,6 +86,7 @@ echo end $N >> $LOG
     c.wait_empty(30)
 
 
+@pytest.mark.slow
 def test_a_time_limit_signal_reaches_the_batch_script_before_the_limit(slurm_cluster, tmp_path):
     c = slurm_cluster
     # a limit is whole minutes: 30 s becomes 1 min
@@ -107,6 +110,7 @@ while true; do sleep 0.1 & wait $!; done
     c.wait_empty(30)
 
 
+@pytest.mark.slow
 def test_the_ablation_runner_through_submitit_on_slurm(slurm_cluster, tmp_path):
     pytest.importorskip("submitit", reason="the submitit extra is not installed")
     c = slurm_cluster
@@ -208,6 +212,7 @@ def _job_id(out: Path) -> str:
     return folder.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["requeue", "kill"])
 def test_a_job_stopped_in_the_middle_of_an_epoch_resumes_at_its_step(slurm_cluster, tmp_path,
                                                                       how):
@@ -241,6 +246,7 @@ def test_a_job_stopped_in_the_middle_of_an_epoch_resumes_at_its_step(slurm_clust
     assert c.queue() == []  # the driver left no job behind
 
 
+@pytest.mark.slow
 def test_a_time_limit_signal_checkpoints_and_submitit_requeues_the_job(slurm_cluster,
                                                                        tmp_path):
     """``--timeout-min 1`` with ``--signal-lead 50``: SIGUSR2 comes at slurmctld's next limit
@@ -269,6 +275,7 @@ def test_a_time_limit_signal_checkpoints_and_submitit_requeues_the_job(slurm_clu
     c.wait_empty(60)
 
 
+@pytest.mark.slow
 def test_a_second_cluster_starts_beside_and_leaves_no_process(slurm_cluster, tmp_path):
     with start_cluster() as other:
         assert other.conf != slurm_cluster.conf
@@ -284,6 +291,7 @@ def test_a_second_cluster_starts_beside_and_leaves_no_process(slurm_cluster, tmp
     assert slurm_cluster.run("sinfo", "-h", "-p", "main", "-o", "%t").stdout.split() == ["idle"]
 
 
+@pytest.mark.slow
 def test_a_submission_sbatch_refuses_is_one_line(tmp_path):
     """Without the fixture (any machine): an ``sbatch`` that refuses (here a stand-in that
     says what a real one says for a bad partition) makes one line with sbatch's reason and
@@ -323,6 +331,7 @@ def _bin(tmp_path: Path, **commands: int) -> Path:
     return bin_
 
 
+@pytest.mark.slow
 def test_slurm_chosen_where_slurm_is_missing_is_one_line(tmp_path):
     """``--slurm-cluster slurm`` on a machine without ``sbatch``/``srun``: one line naming
     them and the way out, exit status 2, before any data is loaded (submitit's own answer is

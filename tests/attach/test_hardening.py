@@ -113,6 +113,7 @@ def _ddp_worker(rank, world, init, out):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_every_transform():
     with tempfile.TemporaryDirectory() as tmp:
         init, out = os.path.join(tmp, "init"), os.path.join(tmp, "out")
@@ -347,6 +348,7 @@ def _fsdp_worker(rank, world, init, out):
     os._exit(0)
 
 
+@pytest.mark.slow
 def test_fsdp2_params_transform_acts_on_the_reduced_gradient():
     pytest.importorskip("torch.distributed.fsdp")
     with tempfile.TemporaryDirectory() as tmp:

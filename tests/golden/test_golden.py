@@ -206,6 +206,7 @@ def _compare(path: str, got: Any, want: Any, out: list[str]) -> None:
         out.append(f"{path}: {got!r} instead of {want!r}")
 
 
+@pytest.mark.slow
 def test_tiny_ablation_metrics_are_golden(tmp_path, one_thread, update_golden):
     from plugdrop.ablate import config
     from plugdrop.cli import main

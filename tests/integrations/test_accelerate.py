@@ -9,6 +9,9 @@ import torch.nn as nn
 import plugdrop as pd
 from conftest import Net
 
+#: every test trains through the framework's own loop
+pytestmark = pytest.mark.slow
+
 accelerate = pytest.importorskip("accelerate")
 
 SPEC = """\

@@ -5,6 +5,9 @@ import sys
 
 import pytest
 
+#: every test imports plugdrop in a fresh process
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("module, hidden, extra", [
     ("lightning", ["lightning", "lightning.pytorch", "pytorch_lightning"], "lightning"),

@@ -19,6 +19,9 @@ from no_plugdrop import load_without_plugdrop
 L = pytest.importorskip("lightning.pytorch")
 from plugdrop.integrations.lightning import Regularize, ResumeWarning  # noqa: E402
 
+#: every test trains through the framework's own loop
+pytestmark = pytest.mark.slow
+
 SPEC = """\
 - {layers: "layer1.*.conv", transform: DropBlock, block_size: 3,
    p: {schedule: linear, start: 0.0, end: 0.3}}

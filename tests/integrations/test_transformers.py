@@ -21,6 +21,9 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 from plugdrop.integrations.transformers import Regularize, ResumeWarning  # noqa: E402
 
+#: every test trains through the framework's own loop
+pytestmark = pytest.mark.slow
+
 KEY = "plugdrop/DropPath@residual:/p"
 #: the reporter the values must reach, where it is installed
 REPORT = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []

@@ -431,6 +431,7 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform.startswith("win") or _compiler() is None
                     or os.environ.get("PLUGDROP_NO_CEXT", "") not in ("", "0"),
                     reason="no C compiler here, or the kernel switched off")
