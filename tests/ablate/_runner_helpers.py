@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -84,6 +87,31 @@ def reference_ablation(tmp: Path, text: str) -> Path:
     finally:
         torch.set_num_threads(threads)
     return out
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory) -> Callable[[str], Path]:
+    """``reference(text)``: the ``--out`` of the config ``text`` trained by
+    :func:`reference_ablation`, once per test session (across pytest-xdist's workers too: the
+    first to ask trains it under a file lock, the others wait and read it). Tests compare
+    with it or copy it; none writes into it."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+    def get(text: str) -> Path:
+        key = hashlib.sha256(text.encode()).hexdigest()[:12]
+        home = shared / f"reference-{key}"
+        with FileLock(str(shared / f"reference-{key}.lock")):
+            if not (home / "trained").exists():
+                shutil.rmtree(home, ignore_errors=True)  # a worker that died half-way
+                home.mkdir()
+                reference_ablation(home, text)
+                (home / "trained").touch()
+        return home / "out"
+
+    return get
 
 
 @pytest.fixture(scope="module")

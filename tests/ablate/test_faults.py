@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 from _gen import image_folder, write_png
-from _runner_helpers import SMALL, env, reference_ablation, write
+from _runner_helpers import (  # noqa: F401 (reference: a fixture)
+    SMALL, env, reference, reference_ablation, write)
 
 from plugdrop.ablate.errors import Exit
 from plugdrop.cli import main
@@ -111,9 +112,9 @@ def fill(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory) -> Path:
+def ref(reference) -> Path:
     """The uninterrupted ablation (one thread, as the subprocesses run)."""
-    return reference_ablation(tmp_path_factory.mktemp("ref"), CFG)
+    return reference(CFG)
 
 
 # --------------------------------------------------------------------------- a full disk

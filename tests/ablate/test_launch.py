@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from _runner_helpers import (  # noqa: F401 (ray_cluster: a fixture)
-    SMALL, env, popen, ray_cluster, reference_ablation, write)
+    SMALL, env, popen, ray_cluster, reference, write)
 
 from plugdrop.cli import main
 
@@ -51,9 +51,9 @@ def attempts(out: Path, run: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory) -> Path:
+def ref(reference) -> Path:
     """The local sequential runner's results (one thread, like every launcher's job)."""
-    return reference_ablation(tmp_path_factory.mktemp("ref"), CFG)
+    return reference(CFG)
 
 
 def kill_after_first_epoch(out: Path, run: str, sig: int, driver: subprocess.Popen | None = None,

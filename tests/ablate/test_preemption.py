@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from _gen import image_folder
-from _runner_helpers import env, write
+from _runner_helpers import env, reference, write  # noqa: F401 (reference: a fixture)
 
 from plugdrop.ablate import config
 from plugdrop.ablate.train import signals
@@ -90,10 +90,8 @@ def signal_at(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("ref")
-    assert ablate(write(tmp, CFG.format(every="false")), tmp / "out") == 0
-    return tmp / "out"
+def ref(reference) -> Path:
+    return reference(CFG.format(every="false"))
 
 
 # Polls: one after each step, one more after an epoch's last (a signal there keeps the

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _runner_helpers import SMALL, env, reference_ablation, write
+from _runner_helpers import SMALL, env, reference, write  # noqa: F401 (reference: a fixture)
 
 from plugdrop.ablate.errors import Exit
 from plugdrop.ablate.runs import CheckpointRefused, load_checkpoint
@@ -51,9 +51,9 @@ def rows(out: Path) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory) -> Path:
+def ref(reference) -> Path:
     """A finished ablation (2 runs, 2 epochs), trained on one thread."""
-    return reference_ablation(tmp_path_factory.mktemp("ref"), SMALL)
+    return reference(SMALL)
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import SMALL, env, reference_ablation, write
+from _runner_helpers import (  # noqa: F401 (reference: a fixture)
+    SMALL, env, reference, reference_ablation, write)
 from _slurm import CRED_EXPIRE, SlurmCluster, slurm_cluster, start_cluster  # noqa: F401
 
 TIMING = {"epoch_time", "images_per_s"}
@@ -111,7 +112,7 @@ while true; do sleep 0.1 & wait $!; done
 
 
 @pytest.mark.slow
-def test_the_ablation_runner_through_submitit_on_slurm(slurm_cluster, tmp_path):
+def test_the_ablation_runner_through_submitit_on_slurm(slurm_cluster, tmp_path, reference):
     pytest.importorskip("submitit", reason="the submitit extra is not installed")
     c = slurm_cluster
     out = tmp_path / "out"
@@ -123,8 +124,7 @@ def test_the_ablation_runner_through_submitit_on_slurm(slurm_cluster, tmp_path):
          c.partition, "--timeout-min", "10"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env)
     try:
-        (tmp_path / "ref").mkdir()
-        ref = reference_ablation(tmp_path / "ref", SMALL)  # meanwhile, in this process
+        ref = reference(SMALL)  # meanwhile, in this process (or another test's, shared)
         printed, err = driver.communicate(timeout=300)
     finally:
         if driver.poll() is None:
