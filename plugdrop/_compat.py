@@ -19,7 +19,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 __all__ = ["WRAPPERS", "HOOK_DICTS", "hook_dicts", "pop_hook", "compiled_frames",
-           "scale_async", "mark_static", "constant_result"]
+           "scale_async", "mark_static", "mark_dynamic", "constant_result"]
 
 #: Wrapper class name -> attribute holding the wrapped module (DDP, DataParallel,
 #: ``torch.compile``'s OptimizedModule, activation-checkpoint / offload wrappers, FSDP1).
@@ -89,6 +89,17 @@ def mark_static(t: torch.Tensor) -> torch.Tensor:
     mark = getattr(getattr(torch, "_dynamo", None), "mark_static_address", None)
     if mark is not None:
         mark(t, guard=False)
+    return t
+
+
+def mark_dynamic(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Tell ``torch.compile`` that dim ``dim`` of ``t`` varies from call to call (the kept
+    samples of a skip-compute branch), so that the graphs that take it are traced once with a
+    symbolic size instead of once per size. A hint (``maybe_mark_dynamic``): sizes 0 and 1
+    still get graphs of their own."""
+    mark = getattr(getattr(torch, "_dynamo", None), "maybe_mark_dynamic", None)
+    if mark is not None:
+        mark(t, dim)
     return t
 
 

@@ -7,6 +7,9 @@ on a copy by type. A hook's ``target`` is a transform or an :class:`~.observer.O
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -14,8 +17,24 @@ import torch.nn as nn
 
 from ..transforms import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
 from .. import _compat
+from ..errors import AttachError
 from . import _structure
 from .observer import Observer
+
+
+#: observers stay idle while this is not empty (a forward made by plugdrop itself to learn
+#: about the model, which the user's observers must not record): see :func:`observers_idle`
+_QUIET: list[bool] = []
+
+
+@contextlib.contextmanager
+def observers_idle() -> Iterator[None]:
+    """Within the block, plugdrop's observers record nothing."""
+    _QUIET.append(True)
+    try:
+        yield
+    finally:
+        _QUIET.pop()
 
 
 class Hook:
@@ -59,7 +78,7 @@ class Hook:
         if isinstance(value, torch.fx.Proxy):  # symbolic tracing (residual_branches)
             return None
         if isinstance(target, Observer):
-            return self._observe(module, value, element, target)
+            return None if _QUIET else self._observe(module, value, element, target)
         forward = isinstance(target, ForwardTransform)
         if forward and not module.training:
             return None
@@ -165,12 +184,14 @@ class InputHook(Hook):
 
 
 class BeginHook(Hook):
-    """Forward pre-hook on the model's root for a coordinated transform: lets it decide once
-    per forward (ManifoldMixup picks its layer there)."""
+    """A forward pre-hook that serves an attachment away from its layers, and is not one of
+    them (summaries and handles list the layers of the other hooks). As such, on the model's
+    root for a coordinated transform: lets it decide once per forward (ManifoldMixup picks its
+    layer there); its subclass :class:`EntryHook` starts a skip-compute branch."""
 
     where = "begin"
 
-    def __call__(self, module: nn.Module, args: tuple) -> None:
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> Any:
         target = self.target
         if not isinstance(target, CoordinatedTransform):  # pragma: no cover - attach sets it
             return None
@@ -179,6 +200,154 @@ class BeginHook(Hook):
         else:
             target._end_eval()
         return None
+
+
+class Pending:
+    """What a skip-compute branch's entry drew, waiting for the branch's exit: one draw per
+    thread (DataParallel runs its replicas in threads). Never copied or pickled: a copy of a
+    model starts without any."""
+
+    def __init__(self) -> None:
+        self.draws: dict[int, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.draws = {}
+
+
+#: no draw is waiting (the entry did not run in this forward)
+_NONE = object()
+#: why DropPath(skip_compute=True) breaks a torch.compile graph, as dynamo reports it
+_WHY_BREAK = ("DropPath(skip_compute=True) draws on the host which samples run a residual "
+              "branch: one graph break at the branch's entry and one at its exit (the "
+              "branch's graph takes a dynamic batch); with fullgraph=True use "
+              "skip_compute=False")
+
+
+class EntryHook(BeginHook):
+    """Forward pre-hook (with kwargs) on the entry of a residual branch that
+    ``DropPath(skip_compute=True)`` drops: draws which samples keep the branch and passes only
+    those on (the stream argument, and any other argument that is the same tensor). The
+    branch's layer, ``name``, is the exit; its module's training flag decides."""
+
+    where = "entry"
+
+    def __init__(self, target: Transform, name: str, layer: nn.Module, entry: str,
+                 arg: int | str, empty_ok: bool, pending: Pending,
+                 device: torch.device | None = None):
+        super().__init__(target, name, None, device)
+        self.layer, self.entry, self.arg = layer, entry, arg
+        self.empty_ok, self.pending = empty_ok, pending
+
+    def _context(self, module: nn.Module) -> str:
+        return (f"{type(self.target).__name__} on layer {self.name!r} "
+                f"({type(self.layer).__name__}), at its branch's entry {self.entry!r} "
+                f"({type(module).__name__})")
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> Any:
+        if not self.layer.training:
+            return None
+        kwargs = {} if kwargs is None else kwargs
+        if torch.compiler.is_compiling():
+            _outside_ready()
+            return _OUTSIDE["enter"](self, module, args, kwargs)
+        return self.enter(module, args, kwargs)
+
+    def enter(self, module: nn.Module, args: tuple, kwargs: dict, mark: bool = False) -> Any:
+        """Draw, and give the entry the kept rows (eager mode); ``mark``: tell
+        ``torch.compile`` that their number varies."""
+        arg = self.arg
+        x = kwargs.get(arg) if isinstance(arg, str) else (
+            args[arg] if -len(args) <= arg < len(args) else None)
+        if not isinstance(x, torch.Tensor):  # called otherwise: its first tensor argument
+            x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)),
+                     None)
+        if x is None:
+            raise AttachError(f"{self._context(module)}: this call of the branch's entry has "
+                              f"no tensor argument to take the kept samples from")
+        target: Any = self.target
+        try:
+            y, kept = target._enter(self.name, x, self.empty_ok)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{self._context(module)}: {e}") from None
+        self.pending.draws[threading.get_ident()] = kept
+        if mark:  # the branch's graphs take a batch of any size, whatever this draw kept
+            y = x[:] if y is x else y
+            _compat.mark_dynamic(y, 0)
+        elif y is x:
+            return None
+        return (tuple(y if a is x else a for a in args),
+                {k: (y if v is x else v) for k, v in kwargs.items()})
+
+
+class ExitHook(Hook):
+    """Forward hook on the exit of a residual branch that ``DropPath(skip_compute=True)``
+    drops: puts the branch's output on the kept samples back into the whole batch."""
+
+    where = "output"
+
+    def __init__(self, target: Transform, name: str, pending: Pending,
+                 device: torch.device | None = None):
+        super().__init__(target, name, None, device)
+        self.pending = pending
+
+    def __call__(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        if not module.training:  # the entry drew nothing either
+            return None
+        if torch.compiler.is_compiling():
+            _outside_ready()
+            return _OUTSIDE["exit"](self, module, output)
+        return self.exit(module, output)
+
+    def exit(self, module: nn.Module, output: Any) -> Any:
+        """The output for the whole batch (eager mode)."""
+        self.calls += 1
+        kept = self.pending.draws.pop(threading.get_ident(), _NONE)
+        if kept is _NONE or kept is None:  # the entry did not run, or p = 0
+            return None
+        if not isinstance(output, torch.Tensor):
+            raise AttachError(f"{self._context(module)}: skip_compute needs a tensor output, "
+                              f"got {type(output).__name__}")
+        target: Any = self.target
+        try:
+            return target._exit(self.name, output, kept)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{self._context(module)}: {e}") from None
+
+
+def _enter_eagerly(hook: EntryHook, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+    """:meth:`EntryHook.enter` run eagerly from a compiled forward, its rows marked dynamic."""
+    return hook.enter(module, args, kwargs, True)
+
+
+def _exit_eagerly(hook: ExitHook, module: nn.Module, output: Any) -> Any:
+    """:meth:`ExitHook.exit` run eagerly from a compiled forward."""
+    return hook.exit(module, output)
+
+
+#: ``_enter_eagerly`` and ``_exit_eagerly`` wrapped by ``torch.compiler.disable``
+_OUTSIDE: dict[str, Any] = {}
+
+
+def outside_graph() -> dict[str, Any]:
+    """The entry's and the exit's eager work as functions dynamo calls outside its graphs
+    (a graph break naming the reason). Made when a compiled forward first traces a
+    skip-compute hook (:func:`_outside_ready`): neither ``import plugdrop`` nor ``attach``
+    loads dynamo, which costs seconds."""
+    if not _OUTSIDE:
+        _OUTSIDE["enter"] = torch.compiler.disable(_enter_eagerly, reason=_WHY_BREAK)
+        _OUTSIDE["exit"] = torch.compiler.disable(_exit_eagerly, reason=_WHY_BREAK)
+    return _OUTSIDE
+
+
+@_compat.constant_result
+def _outside_ready() -> bool:
+    """:func:`outside_graph` made; dynamo runs this at trace time, outside the graph (a
+    constant result), so the functions exist before the trace reads them."""
+    outside_graph()
+    return True
 
 
 class _GradHook:

@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _selection
 from ..errors import AttachError
+from . import _fxspans, _spans
 
 _ADDS = {torch.add, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.__add__,
          torch.Tensor.__radd__, torch.Tensor.__iadd__}
@@ -68,7 +69,7 @@ def _is_ancestor(short: torch.Tensor, branch: torch.Tensor, leaves: dict[int, An
 
 
 class _Recorder:
-    def __init__(self) -> None:
+    def __init__(self, model: nn.Module) -> None:
         self.stack: list[str] = []
         self.produced: dict[int, list[str]] = {}  # id(tensor) -> modules that returned it
         self.inputs: dict[str, torch.Tensor] = {}
@@ -76,6 +77,7 @@ class _Recorder:
         self.leaves: dict[int, Any] = {}
         self.branches: set[str] = set()
         self.same: set[str] = set()
+        self.spans = _spans.RunSpans(model, self.leaves)
 
     def _inside(self, name: str) -> bool:
         scope = self.stack[-1] if self.stack else ""
@@ -90,23 +92,29 @@ class _Recorder:
             name = self._branch_module(branch)
             if name is None:
                 continue
-            if _is_ancestor(short, branch, self.leaves) or self._projection(short, branch):
+            src = short if _is_ancestor(short, branch, self.leaves) else self._projection(
+                short, branch)
+            if src is not None:
                 self.branches.add(name)
-                self.same.update(n for n in self.produced.get(id(branch), []) if self._inside(n))
+                exits = [n for n in self.produced.get(id(branch), []) if self._inside(n)]
+                self.same.update(exits)
+                self.spans.branch(self.stack[-1] if self.stack else "", exits, branch, src)
                 return
 
-    def _projection(self, short: torch.Tensor, branch: torch.Tensor) -> bool:
+    def _projection(self, short: torch.Tensor, branch: torch.Tensor) -> torch.Tensor | None:
+        """The input of the projection that returned ``short``, if ``branch`` comes from it."""
         proj = self._branch_module(short)
         x = self.inputs.get(proj) if proj is not None else None
-        return x is not None and _is_ancestor(x, branch, self.leaves)
+        return x if x is not None and _is_ancestor(x, branch, self.leaves) else None
 
 
 class _Pre:
     def __init__(self, rec: _Recorder, name: str) -> None:
         self.rec, self.name = rec, name
 
-    def __call__(self, module: nn.Module, args: tuple) -> None:
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         self.rec.stack.append(self.name)
+        self.rec.spans.start(self.name, args, kwargs)
         for a in args:
             if isinstance(a, torch.Tensor):
                 self.rec.inputs[self.name] = a
@@ -122,6 +130,7 @@ class _Post:
         rec = self.rec
         if rec.stack and rec.stack[-1] == self.name:
             rec.stack.pop()
+        rec.spans.end(self.name, output)
         if isinstance(output, torch.Tensor):
             rec.produced.setdefault(id(output), []).append(self.name)
             rec.keep.append(output)
@@ -157,23 +166,24 @@ def _grad_input(x: Any, rec: _Recorder) -> Any:
 def find(model: nn.Module, example_input: Any) -> list[str]:
     """The residual branches of ``model``, in ``named_modules()`` order (see the module doc)."""
     entries = [e for e in _selection.walk(model) if not e.wrapper]
-    rec = _Recorder()
+    rec = _Recorder(model)
     handles = []
     for e in entries:
         if e.name:
-            handles.append(e.module.register_forward_pre_hook(_Pre(rec, e.name)))
+            handles.append(e.module.register_forward_pre_hook(_Pre(rec, e.name),
+                                                              with_kwargs=True))
             handles.append(e.module.register_forward_hook(_Post(rec, e.name)))
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         inputs = _grad_input(example_input, rec)
         with torch.enable_grad(), _AddWatch(rec):
-            if isinstance(inputs, dict):
-                model(**inputs)
-            elif isinstance(inputs, tuple):
-                model(*inputs)
-            else:
-                model(inputs)
+            output = _spans.run(model, inputs)
+        spans = rec.spans.finish(output)
+        for h in handles:
+            h.remove()
+        handles = []
+        _spans.probe_empty(model, example_input, spans)
     except Exception as e:
         where = rec.stack[-1] if rec.stack else ""
         module = dict((en.name, en.module) for en in entries).get(where, model)
@@ -189,6 +199,7 @@ def find(model: nn.Module, example_input: Any) -> list[str]:
     found = [e.name for e in entries if e.name in rec.branches]
     _FOUND[model] = found
     _SAME[model] = rec.same
+    _spans.store(model, spans)
     return found
 
 
@@ -280,6 +291,7 @@ def find_symbolic(model: nn.Module) -> list[str]:
             f"plugdrop.residual_branches(model, x), which runs the model instead") from e
     branches: set[str] = set()
     same: set[str] = set()
+    spans: dict[str, _spans.Span] = {}
     for node in graph.nodes:
         is_add = (node.op == "call_function" and node.target in _FX_ADDS) or (
             node.op == "call_method" and node.target in _FX_METHODS)
@@ -294,14 +306,22 @@ def find_symbolic(model: nn.Module) -> list[str]:
                 continue
             ancestors = _fx_ancestors(branch)
             proj = _below(short, scope)
-            if short in ancestors or (proj is not None and proj != name and all(
-                    i in ancestors for i in _module_inputs(short, proj))):
+            src = short if short in ancestors else None
+            if src is None and proj is not None and proj != name:
+                inputs = _module_inputs(short, proj)
+                if inputs and all(i in ancestors for i in inputs):
+                    src = inputs[0]
+            if src is not None:
                 branches.add(name)
-                same.update(_through_identities(branch, scope, model))
+                exits = _through_identities(branch, scope, model)
+                same.update(exits)
+                spans.update(_fxspans.graph_spans(graph, model, node, branch, src,
+                                                [*sorted(exits), name]))
                 break
     found = [e.name for e in _selection.walk(model) if not e.wrapper and e.name in branches]
     _FOUND[model] = found
     _SAME[model] = same
+    _spans.store(model, spans)
     return found
 
 

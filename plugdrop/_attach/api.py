@@ -10,8 +10,8 @@ from .. import _selection
 from .._selection import Selector
 from ..errors import AttachError
 from ..transforms import CoordinatedTransform, GradientTransform, Transform, catalog
-from . import _registry
-from ._hooks import BeginHook, InputHook, OutputHook
+from . import _registry, _skip
+from ._hooks import BeginHook, EntryHook, ExitHook, InputHook, OutputHook
 from ._params import ParamsHook
 from ._registry import Registered
 from .handle import Handle, MixupHandle
@@ -95,6 +95,7 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
         )
     selected = resolve(model, selector, exclude)
     transform._check_layers(selected, AttachSite(model, where))
+    skips = _skip.plan(model, selected, where, element) if _skip.wanted(transform) else None
 
     param_sets: list[list[str]] = []
     if where == "params":
@@ -126,7 +127,9 @@ def attach(model: nn.Module, selector: Selector, transform: Transform, *,
             begin = BeginHook(transform, "", None)
             hooks.append(Registered(root, begin, root.register_forward_pre_hook(begin,
                                                                                 prepend=True)))
-        for i, (name, module) in enumerate(selected):
+        if skips is not None:
+            _skip.hang(transform, skips, hooks)
+        for i, (name, module) in enumerate(selected if skips is None else ()):
             device = _registry.module_device(module)
             transform._prepare(device)
             if where == "params" and isinstance(transform, GradientTransform):
@@ -197,13 +200,17 @@ def detach(model: nn.Module, selector: Selector | None = None, *,
                 continue  # the root's begin hook goes with the transform's last layer
             if _registry.remove(Registered(module, hook, None)):
                 removed.append(hook.target)
-    # what still hangs: a coordinated transform's begin hook without any layer goes too
-    on_layers = {id(h.target) for _, _, h in _registry.scan(model) if not isinstance(h, BeginHook)}
+    # what still hangs: a coordinated transform's begin hook without any layer goes too, and
+    # a skip-compute branch's entry hook without its exit hook
+    left = [h for _, _, h in _registry.scan(model) if not isinstance(h, BeginHook)]
+    on_layers = {id(h.target) for h in left}
+    exits = {id(h.pending) for h in left if isinstance(h, ExitHook)}
     for module in _selection.iter_modules(model):
         for _, hook in list(_registry.iter_hooks(module)):
-            if isinstance(hook, BeginHook) and id(hook.target) not in on_layers:
-                if _registry.remove(Registered(module, hook, None)):
-                    removed.append(hook.target)
+            orphan = id(hook.pending) not in exits if isinstance(hook, EntryHook) else (
+                isinstance(hook, BeginHook) and id(hook.target) not in on_layers)
+            if orphan and _registry.remove(Registered(module, hook, None)):
+                removed.append(hook.target)
     for target in removed:
         if id(target) not in on_layers:
             _registry.mark_detached(target)

@@ -212,11 +212,22 @@ class Dropout(ForwardTransform):
 class DropPath(ForwardTransform):
     """Stochastic depth: drop whole samples with probability ``p``.
 
-    Attach it to a residual *branch* (e.g. timm's ``blocks.*.mlp``), not to a whole block.
+    Attach it to a residual *branch* (e.g. timm's ``blocks.*.mlp``), not to a whole block;
+    the selector ``"residual:"`` picks a model's branches (:func:`plugdrop.residual_branches`).
 
     Args:
         p: sample drop probability in ``[0, 1)``; a number or a schedule.
         scale_by_keep: rescale kept samples by ``1 / (1 - p)``. Default: ``True``.
+        skip_compute: in training, run each branch on its kept samples only: the branch's
+            entry (the first module of its block through which the whole branch reads the
+            residual stream, found with the branches) takes the kept samples, its exit puts
+            their outputs back, scaled, with zeros for the others. The same outputs and
+            gradients as without it for the same draw (up to the rounding of the smaller
+            batch's arithmetic), less compute by the fraction dropped. Attach to residual
+            branches (``"residual:"``) whose modules treat each sample on its own (no
+            BatchNorm); anything else is refused at attach with
+            :class:`~plugdrop.AttachError`. Default: ``False``. See the guide's page
+            "Residual branches".
 
     Shape: any, with the batch first.
 
@@ -226,18 +237,24 @@ class DropPath(ForwardTransform):
         TypeError: an integer or boolean input.
     """
 
-    def __init__(self, p: ScheduleLike, *, scale_by_keep: bool = True) -> None:
+    def __init__(self, p: ScheduleLike, *, scale_by_keep: bool = True,
+                 skip_compute: bool = False) -> None:
         super().__init__(p=(p, _checks.probability))
         self.scale_by_keep = _checks.flag("scale_by_keep", scale_by_keep)
+        self.skip_compute = _checks.flag("skip_compute", skip_compute)
 
     def _options(self) -> dict[str, Any]:
-        return {} if self.scale_by_keep else {"scale_by_keep": False}
+        opts: dict[str, Any] = {} if self.scale_by_keep else {"scale_by_keep": False}
+        if self.skip_compute:
+            opts["skip_compute"] = True
+        return opts
 
     def _check_layers(self, layers: Sequence[tuple[str, Any]], site: Site) -> None:
         """Warn (:class:`~plugdrop.NotResidualWarning`) when some layers are not residual
-        branches of the model (when its branches are known), naming the nearest ones."""
+        branches of the model (when its branches are known), naming the nearest ones. With
+        ``skip_compute``, the attachment refuses them instead."""
         super()._check_layers(layers, site)
-        found = site.residual_branches()
+        found = None if self.skip_compute else site.residual_branches()
         if not found:
             return
         wrong = [n for n, _ in layers if not site.on_residual_branch(n)]
@@ -262,6 +279,25 @@ class DropPath(ForwardTransform):
             y = self._at(layer, x)  # raises on a 0-dim or integer tensor
             masks.remember_batched(x)
         return y
+
+    def _enter(self, layer: str, x: torch.Tensor, empty_ok: bool
+               ) -> tuple[torch.Tensor, masks.Kept | None]:
+        """At the entry of branch ``layer`` with ``skip_compute`` (eager mode): draw which
+        samples of the stream ``x`` keep the branch; returns the rows the branch runs on
+        (``x`` itself when it keeps all, or when ``p`` is 0) and the draw (``None`` for
+        ``p = 0``), which :meth:`_exit` takes back."""
+        self._check_input(x)
+        if x.dim() == 0:
+            raise ShapeError("DropPath needs a batch dimension, got a 0-dim tensor")
+        kept = masks.draw_kept(x, self._eager_value("p", layer), self.scale_by_keep, empty_ok)
+        if kept is None or kept.rows is None:
+            return x, kept
+        return masks.take_rows(x, kept.rows), kept
+
+    def _exit(self, layer: str, y: torch.Tensor, kept: masks.Kept) -> torch.Tensor:
+        """At the exit of branch ``layer``: its output ``y`` on the rows :meth:`_enter` gave,
+        as the output for the whole batch (kept rows scaled, zeros elsewhere)."""
+        return masks.put_rows(y, kept)
 
 
 class DropHead(ForwardTransform):
