@@ -7,7 +7,9 @@
     >>> h.remove()          # the model is exactly as it was
 
 Attachments written as data (the entries of a ``plugdrop ablate`` variant, a YAML file or text)
-attach as one group with :func:`attach_all`.
+attach as one group with :func:`attach_all`. A training script of your own that ``plugdrop
+ablate`` runs (``program:``) finds its run, attaches its variant and logs its metrics with
+:func:`current_run`.
 
 The public API is what ``__all__`` lists; modules whose names start with ``_`` are private.
 """
@@ -46,6 +48,8 @@ from .observe import (
 from .schedules import LayerValue, Schedule, by_depth, cosine, linear, piecewise, warmup
 from . import spec
 from .spec import AttachmentGroup, AttachmentSpec, attach_all, parse_spec
+from . import run
+from .run import AblationRun, current_run
 from .transforms import *  # noqa: F403  (every transform: a new one is exported here at once)
 
 __version__ = "0.1.0"
@@ -54,6 +58,8 @@ __all__ = [
     "attach",
     "attach_all",
     "parse_spec",
+    "current_run",
+    "AblationRun",
     "AttachmentGroup",
     "AttachmentSpec",
     "detach",

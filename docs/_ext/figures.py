@@ -60,6 +60,8 @@ COMMANDS = {
     "plugdrop": ["-m", "plugdrop"],
     "ablate": ["-m", "plugdrop", "ablate"],
     "report": ["-m", "plugdrop", "report"],
+    "plan": ["-m", "plugdrop", "plan"],
+    "search": ["-m", "plugdrop", "search"],
     "layers": ["-m", "plugdrop", "layers"],
     "worker": ["-m", "plugdrop.ablate.worker"],
 }

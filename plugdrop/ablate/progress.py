@@ -45,6 +45,29 @@ class Progress:
         elif start_epoch > 1:
             print(f"[{self.name}] resuming at epoch {start_epoch}", flush=True)
 
+    def program_start(self, variant: str, seed: int, attempt: int, resumed: bool) -> None:
+        """A program's run starts (its attempt ``attempt``; ``resumed``: an earlier one did
+        not finish)."""
+        self.name = f"{variant} seed={seed}"
+        if self.enabled and resumed:
+            print(f"[{self.name}] resuming (attempt {attempt}, PLUGDROP_RESUME=1)", flush=True)
+
+    def logged(self, record: Mapping[str, Any], most: int = 6) -> None:
+        """A metrics line a program logged: ``[name] epoch 3: val_miou 0.7312  loss 0.2104``
+        (its first ``most`` numbers)."""
+        if not self.enabled:
+            return
+        where = " ".join(f"{k} {record[k]}" for k in ("epoch", "step") if k in record)
+        values = [(k, v) for k, v in record.items() if k not in ("epoch", "step")
+                  and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in values[:most])
+        more = f"  (+{len(values) - most} more)" if len(values) > most else ""
+        line = f"[{self.name}] {where}: {shown}{more}"
+        if self.tty:
+            self._tqdm.write(line, file=sys.stderr)
+        else:
+            print(line, flush=True)
+
     def batch(self) -> None:
         if self.batch_bar is not None:
             self.batch_bar.update(1)

@@ -8,7 +8,7 @@ every rank trains every run and reads checkpoints to resume.
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 import json
 import shlex
 import sys
@@ -22,13 +22,13 @@ from . import config, runs
 from .config import AblationConfig
 from .data import DataSets
 from .errors import ConfigError, Fault
-from .execute import load_data
 from .launch import LaunchContext, LaunchOptions, Launcher, Outcome, drive, make_launcher
 from .launch.shard import check_fresh, select
+from .programs import Program, program_of
 from .progress import Progress
 from .report import decision_values, load_ablation
 from .report.sequential import Design, Replay, design_of
-from .train import Dist, agree, dry_run, on_rank0
+from .train import Dist, on_rank0
 
 __all__ = ["Outcome", "resume_command", "run_ablation", "versions"]
 
@@ -37,8 +37,10 @@ def versions() -> dict[str, str]:
     """The versions of Python and of the packages a result depends on."""
     out = {"python": sys.version.split()[0], "torch": torch.__version__}
     for name in ("plugdrop", "timm", "torchvision", "numpy"):
-        try:
-            out[name] = importlib.import_module(name).__version__
+        try:  # a module not imported (a program's ablation) is not imported for its version
+            module = sys.modules.get(name)
+            out[name] = (module.__version__ if module is not None
+                         else importlib.metadata.version(name))
         except Exception:  # pragma: no cover - optional
             pass
     return out
@@ -52,21 +54,16 @@ def resume_command(argv: Sequence[str], out: Path) -> str:
     return shlex.join(["plugdrop", *args, "--resume"])
 
 
-def _manifest(cfg: AblationConfig, data: DataSets, d: Dist) -> dict[str, Any]:
+def _manifest(cfg: AblationConfig, program: Program, d: Dist) -> dict[str, Any]:
     return {"format": runs.FORMAT, "config": cfg.resolved(), "config_hash": cfg.hash(),
             "variants": cfg.variant_names, "baseline": cfg.baseline,
             "seeds": list(cfg.seed_list),
             "runs": [{"id": runs.run_id(v, s), "variant": v, "seed": s} for v, s in cfg.runs()],
-            "versions": versions(),
-            "data": {"name": data.name, "train": len(data.train),  # type: ignore[arg-type]
-                     "val": len(data.val), "classes": list(data.classes),  # type: ignore[arg-type]
-                     "world_size": d.world,
-                     **({"files": len(data.files), "fingerprint": runs.fingerprint(data.files)}
-                        if data.files else {})}}
+            "versions": versions(), **program.manifest(d)}
 
 
 def _claim_folder(cfg: AblationConfig, out: Path, lock: runs.Lock, manifest: dict[str, Any],
-                  resume: bool, shard: tuple[int, int] | None, files: Sequence[str],
+                  resume: bool, shard: tuple[int, int] | None, program: Program,
                   accept_data_change: bool) -> None:
     """Lock ``out`` and write ``ablation.json`` and the config the jobs read, or refuse the
     folder (runs of another config, runs without ``--resume``, another ablation in it, data
@@ -78,8 +75,10 @@ def _claim_folder(cfg: AblationConfig, out: Path, lock: runs.Lock, manifest: dic
         with runs.claiming(out):
             if shard is not None:
                 check_fresh(out, cfg, shard, resume)
+            # a folder an older plugdrop started keeps its design (its config without spending)
+            manifest = dict(manifest, config=config.as_recorded(out, manifest["config"]))
             warning = runs.prepare(out, manifest, resume or shard is not None,
-                                   config.unhashed(), files, accept_data_change)
+                                   config.unhashed(), program.files, accept_data_change)
             config.save_config(out, cfg)
     except (ConfigError, Fault):
         lock.release()
@@ -98,6 +97,7 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
     (``seeds: {min, max}``; the decisions go to ``OUT/decisions.jsonl``).
 
     Args:
+        data: the data sets of plugdrop's trainer, when loaded already.
         shard: ``(i, n)``: train only the i-th of n shares of the runs (see
             :mod:`plugdrop.ablate.launch.shard`); shards share ``out``. Not with an adaptive
             design, which decides between rounds.
@@ -117,16 +117,16 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
     try:
         if shard is not None:
             config.check_shard(cfg, shard)
-        if data is None:
-            data = agree(d, lambda: load_data(cfg))
-        config.check_classes(cfg, data.name, len(data.classes))
-        agree(d, lambda: dry_run(cfg, data, d))
+        program = program_of(cfg, data)
+        if resume:
+            on_rank0(d, lambda: program.check_folder(out))
+        program.prepare(d)  # everything a run needs, checked before any trains
         lock = runs.Lock(out, shared=shard is not None)
-        manifest = _manifest(cfg, data, d)
+        manifest = _manifest(cfg, program, d)
         on_rank0(d, lambda: _claim_folder(cfg, out, lock, manifest, resume, shard,
-                                          data.files, accept_data_change))
+                                          program, accept_data_change))
         try:
-            return _train(cfg, out, d, data, progress, shard, launcher, options)
+            return _train(cfg, out, d, program, progress, shard, launcher, options)
         finally:
             if d.main:
                 lock.release()
@@ -134,23 +134,20 @@ def run_ablation(cfg: AblationConfig, *, out: Path, resume: bool, d: Dist,
         launcher.close()
 
 
-def _header(cfg: AblationConfig, data: DataSets, d: Dist, todo: int, finished: int,
+def _header(cfg: AblationConfig, program: Program, d: Dist, todo: int, finished: int,
             shard: tuple[int, int] | None, launcher: Launcher, what: str) -> None:
     if not d.main:
         return
-    rank_note = f" x {d.world} processes" if d.active else ""
-    n_train, n_val = len(data.train), len(data.val)  # type: ignore[arg-type]
-    print(f"plugdrop ablate: {cfg.model} on {data.name} ({n_train} train / "
-          f"{n_val} val, {len(data.classes)} classes, {cfg.image_size}px), "
-          f"{len(cfg.variants)} variants x {what} x {cfg.epochs} epochs on "
-          f"{d.device}{rank_note}; {todo} runs to train"
+    trains, each = program.headline(d)
+    print(f"plugdrop ablate: {trains}, {len(cfg.variants)} variants x {what}{each}; "
+          f"{todo} runs to train"
           + (f", {finished} finished already" if finished else "")
           + (f" (shard {shard[0]}/{shard[1]})" if shard else "")
           + (f" through {launcher.name}" if launcher.name != "local" else ""),
           flush=True)
 
 
-def _train(cfg: AblationConfig, out: Path, d: Dist, data: DataSets,
+def _train(cfg: AblationConfig, out: Path, d: Dist, program: Program,
            progress: Progress | None, shard: tuple[int, int] | None, launcher: Launcher,
            options: LaunchOptions) -> Outcome:
     outcome = Outcome()
@@ -163,12 +160,13 @@ def _train(cfg: AblationConfig, out: Path, d: Dist, data: DataSets,
                 outcome.skipped.append(rd.id)
             else:
                 todo.append(rd)
-        _header(cfg, data, d, len(todo), len(outcome.skipped), shard, launcher,
+        _header(cfg, program, d, len(todo), len(outcome.skipped), shard, launcher,
                 f"{len(cfg.seed_list)} seeds")
-        drive(launcher, LaunchContext(cfg, out, d, data, progress or Progress(len(todo), d.main),
+        drive(launcher, LaunchContext(cfg, out, d, program,
+                                      progress or Progress(len(todo), d.main),
                                       options), todo, outcome)
         return outcome
-    design = design_of(cfg)
+    design = design_of(cfg, on_rank0(d, lambda: config.legacy_design(out)))
     assert design is not None  # an adaptive config has a baseline (config.check_together)
     first = True
     while True:
@@ -176,10 +174,10 @@ def _train(cfg: AblationConfig, out: Path, d: Dist, data: DataSets,
         needed = [runs.RunDir(out, v, s) for v, s in rep.needed]
         if rep.complete or not needed:
             break
-        _header(cfg, data, d, len(needed), 0, None, launcher,
+        _header(cfg, program, d, len(needed), 0, None, launcher,
                 f"round {len(rep.rounds)}: {rep.rounds[-1]} of at most {design.plan.max} seeds")
         round_outcome = Outcome()
-        drive(launcher, LaunchContext(cfg, out, d, data,
+        drive(launcher, LaunchContext(cfg, out, d, program,
                                       progress if first and progress else
                                       Progress(len(needed), d.main), options),
               needed, round_outcome)

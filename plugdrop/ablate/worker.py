@@ -8,9 +8,10 @@
 ``plugdrop ablate`` (any launcher, any shard) writes ``OUT/ablation.json`` and the validated
 config next to it as plain data (``OUT/.config.json``: its YAML text and overrides); a worker
 reads it back through the loader's checks, holds it to the hash its launcher gave it
-(``--config-hash``: a file in ``OUT`` cannot change what runs), and executes the run
-(:func:`plugdrop.ablate.execute.execute`: its lock, ``attempts.jsonl``, the resume from its last
-checkpoint), writing the run folder exactly as the local launcher does.
+(``--config-hash``: a file in ``OUT`` cannot change what runs, a ``program:`` and the folder it
+runs in included), and executes the run (:func:`plugdrop.ablate.execute.execute`: its lock,
+``attempts.jsonl``, the resume from its last checkpoint, or a program started under the run
+contract), writing the run folder exactly as the local launcher does.
 
 Exit status (:class:`~plugdrop.ablate.errors.Exit`): 0 finished (or finished already), 1
 failed, 2 a mistake (one line), 74 a fault of the environment (a full disk, data that vanished:
@@ -23,10 +24,8 @@ there). A job that runs :func:`run_job` in its own process (submitit, Ray) retur
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,28 +34,14 @@ import torch
 
 from . import runs
 from .config import AblationConfig, load_stored
-from .data import DataSets
 from .errors import ConfigError, Exit, Fault
-from .execute import execute, load_data
+from .execute import execute
 from .outcome import RunResult, Status
+from .programs import program_of
 from .progress import Progress
-from .train import SIGNALS, StopFlag, Stopped, agree, resolve_device, setup_distributed
+from .train import SIGNALS, StopFlag, Stopped, resolve_device, setup_distributed
 
 __all__ = ["find_run", "job_command", "main", "run_job", "run_one", "status_after"]
-
-
-def _same_data(out: Path, data: DataSets) -> DataSets:
-    """``data``, checked against the files the ablation started on (a job on another machine
-    may see another copy of the data)."""
-    try:
-        want = json.loads((out / "ablation.json").read_text()).get("data", {})
-    except (OSError, ValueError):
-        return data
-    if want.get("fingerprint") and runs.fingerprint(data.files) != want["fingerprint"]:
-        raise ConfigError(f"data: {data.name}: the files here ({socket.gethostname()}: "
-                          f"{len(data.files)}) are not those the ablation started on "
-                          f"({want.get('files', '?')}); give this machine the same data")
-    return data
 
 
 def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
@@ -104,8 +89,8 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
     if handle_signals:
         stop.install()
     try:
-        result = execute(cfg, rd, d, lambda: agree(d, lambda: _same_data(out, load_data(cfg))),
-                         stop=stop, progress=Progress(1, d.main, tty=False), launcher=launcher)
+        result = execute(cfg, rd, d, program_of(cfg), stop=stop,
+                         progress=Progress(1, d.main, tty=False), launcher=launcher, out=out)
     except Stopped as e:  # checkpointed at the step it reached
         return RunResult.stopped(e.signum)
     except Fault as e:

@@ -1,9 +1,12 @@
-"""The ``plugdrop`` command: ``plugdrop ablate``, ``plugdrop report`` and ``plugdrop layers``.
+"""The ``plugdrop`` command: ``plugdrop ablate``, ``plugdrop report``, ``plugdrop plan``,
+``plugdrop search`` and ``plugdrop layers``.
 
     plugdrop layers resnet18 --input-size 3 32 32 --match "layer3.*"
     plugdrop ablate examples/digits.yaml --out runs/digits --epochs 5 --seeds 0 1 2
     plugdrop ablate examples/digits.yaml --out runs/digits --resume
     plugdrop report runs/digits
+    plugdrop plan --seeds 3..12 --effects 1,0,0,0
+    plugdrop search search.yaml --out runs/search
     torchrun --nproc_per_node 2 -m plugdrop ablate examples/digits.yaml
 
 ``python -m plugdrop`` is the same command.
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import ablate, layers, report
+from . import ablate, layers, plan, report, search
 
 __all__ = ["main", "build_parser"]
 
@@ -25,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     layers.add_parser(sub)
     ablate.add_parser(sub)
     report.add_parser(sub)
+    plan.add_parser(sub)
+    search.add_parser(sub)
     return p
 
 

@@ -122,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--launcher {args.launcher}: start plugdrop ablate itself "
                               f"without torchrun; --nproc-per-run N runs torchrun inside "
                               f"each job")
-        config.batch_per_process(cfg, max(world, opts.nproc_per_run))
+        if cfg.program is not None:
+            _check_program(cfg, world, opts.nproc_per_run)
+        else:
+            config.batch_per_process(cfg, max(world, opts.nproc_per_run))
         d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
         outcome = run_ablation(cfg, out=out, resume=args.resume, d=d, argv=args.argv,
                                shard=shard, launcher=launcher, options=opts,
@@ -166,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
             kept = ("interrupted at once; every run kept its last checkpoint"
                     if outcome.at_once else
                     "stopped; every run kept the step it reached (a checkpoint)")
+            if cfg.program is not None:
+                kept = ("interrupted at once; each program was killed" if outcome.at_once else
+                        "stopped; each program was passed the signal (and kept what it "
+                        "checkpointed): the resumed runs start it with PLUGDROP_RESUME=1")
             print(f"\nplugdrop ablate: {kept}. Resume with:\n  "
                   f"{resume_command(args.argv, out)}", file=sys.stderr, flush=True)
     if outcome.stopped:
@@ -174,6 +181,19 @@ def run(args: argparse.Namespace) -> int:
         code = Exit.FAILED
     _teardown(d)
     return code
+
+
+def _check_program(cfg: Any, world: int, nproc: int) -> None:
+    """A ``program:`` starts its own processes: refuse torchrun around plugdrop ablate and
+    ``--nproc-per-run``, naming what to write instead."""
+    from ..ablate.errors import ConfigError
+
+    if world > 1 or nproc > 1:
+        how = "torchrun around plugdrop ablate" if world > 1 else f"--nproc-per-run {nproc}"
+        raise ConfigError(f"{how}: with program:, the program starts its own processes: run "
+                          f"plugdrop ablate alone and write them into the program (program: "
+                          f"torchrun --standalone --nproc_per_node {max(world, nproc)} "
+                          f"train.py ...)")
 
 
 def _teardown(d: Any) -> None:

@@ -14,7 +14,8 @@ import plugdrop as pd
 
 from ._resume import ResumeWarning, Saved, changes
 
-__all__ = ["Regularizer", "RegularizeCallback", "ResumeWarning", "missing_extra", "spec_arg"]
+__all__ = ["Regularizer", "RegularizeCallback", "ResumeWarning", "metrics_of", "missing_extra",
+           "run_spec", "spec_arg"]
 
 
 def missing_extra(framework: str, extra: str, error: ImportError) -> ImportError:
@@ -195,6 +196,59 @@ def _to(value: Any, device: Any) -> Any:
     return value
 
 
+def run_spec(spec: Any, source: str | None, stacklevel: int = 4
+             ) -> tuple[Any, str | None, pd.AblationRun | None]:
+    """The spec a callback attaches and the ``plugdrop ablate`` run it serves: the spec
+    given, else the run's (``PLUGDROP_SPEC``: the variant's attachments), else none (a
+    warning says so); ``(spec, source, run)``."""
+    run = pd.current_run()
+    if spec is None and run is not None:
+        return str(run.spec), source or f"variant {run.variant!r} ({run.spec})", run
+    if spec is None:
+        warnings.warn("Regularize(): no spec given, and this script does not run inside "
+                      "plugdrop ablate (no PLUGDROP_SPEC): nothing is attached", UserWarning,
+                      stacklevel=stacklevel)
+        return [], source, None
+    if run is not None and _differs(spec, source, run):
+        warnings.warn(f"Regularize(spec=...) inside plugdrop ablate: the attachments of "
+                      f"variant {run.variant!r} (PLUGDROP_SPEC) are not attached, the spec "
+                      f"given is; give no spec to ablate the variants", UserWarning,
+                      stacklevel=stacklevel)
+    return spec, source, run
+
+
+def _differs(spec: Any, source: str | None, run: pd.AblationRun) -> bool:
+    """Whether ``spec`` attaches other than the run's variant (a callback rebuilt from its
+    stored spec attaches the same)."""
+    try:
+        given = [a.describe() for a in pd.parse_spec(spec, source=source)]
+        return given != [a.describe() for a in run.attachments]
+    except ValueError:
+        return True  # Regularizer raises the spec's own error
+
+
+def metrics_of(values: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers among a trainer's metrics (0-dim tensors and NumPy numbers too), without
+    plugdrop's own values (``plugdrop/...``) and the position (``epoch``, ``step``)."""
+    out: dict[str, float] = {}
+    for key, value in values.items():
+        key = str(key)
+        if key.startswith("plugdrop/") or key in ("epoch", "step"):
+            continue
+        if hasattr(value, "numel") and callable(value.numel):
+            if value.numel() != 1:
+                continue
+            value = value.item()
+        elif hasattr(value, "item") and callable(value.item) and not isinstance(value, str):
+            try:
+                value = value.item()
+            except (ValueError, TypeError):
+                continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = float(value)
+    return out
+
+
 def spec_arg(spec: Any) -> Any:
     """A spec as the callback keeps it: a list of mappings stays (JSON-able data), a path or
     text stays a string."""
@@ -209,9 +263,16 @@ class RegularizeCallback:
 
     def __init__(self, spec: Any, module: str | None, steps: int | None, log: bool, watch: Any,
                  remove_at_end: bool, example_input: Any, source: str | None) -> None:
+        spec, source, self._run = run_spec(spec, source)
         self._reg = Regularizer(spec, module, steps, watch, remove_at_end, source,
                                 example_input)
         self.log = log
+
+    @property
+    def run(self) -> pd.AblationRun | None:
+        """The ``plugdrop ablate`` run this training is (:func:`plugdrop.current_run` when the
+        callback was made), into which it logs the evaluations; ``None`` outside one."""
+        return self._run
 
     @property
     def group(self) -> pd.AttachmentGroup | None:

@@ -28,7 +28,7 @@ except ImportError as e:  # pragma: no cover - depends on what is installed
 
 import plugdrop as pd
 
-from ._core import RegularizeCallback
+from ._core import RegularizeCallback, metrics_of
 from ._resume import ResumeWarning, Saved, key_fields
 
 __all__ = ["Regularize", "ResumeWarning"]
@@ -41,7 +41,9 @@ class Regularize(RegularizeCallback, pl.Callback):
     Args:
         spec: what :func:`plugdrop.attach_all` takes: a list of attachment mappings, a YAML
             file or YAML text. Checked at once (a mistake raises :class:`~plugdrop.SpecError`
-            here, naming its place).
+            here, naming its place). Default ``None``: the variant of the ``plugdrop ablate``
+            run this script is (:func:`plugdrop.current_run`), nothing outside one (with a
+            warning).
         module: the dotted name of the submodule to attach to (``"model"``); selectors are
             relative to it. Default: the LightningModule itself.
         steps: what schedules written without ``steps:`` span (a warm-up among them).
@@ -64,6 +66,12 @@ class Regularize(RegularizeCallback, pl.Callback):
             attachments on, inactive in eval mode.
         source: the spec's name in error messages (see :func:`plugdrop.parse_spec`).
 
+    Inside ``plugdrop ablate`` (the script is an ablation's ``program:``), each validation's
+    ``trainer.callback_metrics`` (``val_loss``, ``val_acc``, what ``self.log`` gave; not the
+    sanity check's, not plugdrop's own values) are logged into the run, with ``epoch`` (the
+    epochs the validation follows) and ``step``: adding this callback makes a Lightning
+    script an ablation program.
+
     Every fit it is given attaches the spec to that fit's module, its schedules at that fit's
     steps: one callback serves ``fit``, a second ``fit``, another module's ``fit``. The
     schedules' position and the spec are saved in Lightning's checkpoints (the callback's
@@ -81,7 +89,7 @@ class Regularize(RegularizeCallback, pl.Callback):
         SettingError: ``optimizer`` is not an index of the trainer's optimizers.
     """
 
-    def __init__(self, spec: Any, *, module: str | None = None, steps: int | None = None,
+    def __init__(self, spec: Any = None, *, module: str | None = None, steps: int | None = None,
                  optimizer: int = 0, log: bool = True, watch: Any = None,
                  remove_at_end: bool = True, example_input: Any = None,
                  source: str | None = None) -> None:
@@ -137,6 +145,15 @@ class Regularize(RegularizeCallback, pl.Callback):
             stats = self._reg.watch_stats()
             if stats:
                 pl_module.log_dict(stats, on_step=True, on_epoch=False, batch_size=1)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        """Log the validation's metrics into the ``plugdrop ablate`` run (rank 0)."""
+        if self._run is None or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        values = metrics_of(trainer.callback_metrics)
+        if values:
+            self._run.log(epoch=int(trainer.current_epoch) + 1, step=int(trainer.global_step),
+                          **values)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._end()

@@ -26,7 +26,7 @@ except ImportError as e:  # pragma: no cover - depends on what is installed
 
 import plugdrop as pd
 
-from ._core import RegularizeCallback, spec_arg
+from ._core import RegularizeCallback, metrics_of, spec_arg
 from ._resume import ResumeWarning, Saved, changes
 
 __all__ = ["Regularize", "ResumeWarning"]
@@ -39,7 +39,9 @@ class Regularize(RegularizeCallback, TrainerCallback, ExportableState):
     Args:
         spec: what :func:`plugdrop.attach_all` takes: a list of attachment mappings, a YAML
             file or YAML text. Checked at once (a mistake raises :class:`~plugdrop.SpecError`
-            here, naming its place).
+            here, naming its place). Default ``None``: the variant of the ``plugdrop ablate``
+            run this script is (:func:`plugdrop.current_run`), nothing outside one (with a
+            warning).
         module: the dotted name of the submodule to attach to (``"vit"``); selectors are
             relative to it. Default: the model the trainer trains.
         steps: what schedules written without ``steps:`` span (a warm-up among them).
@@ -63,6 +65,11 @@ class Regularize(RegularizeCallback, TrainerCallback, ExportableState):
             trainer restores into a callback it rebuilds; the schedules follow
             ``state.global_step`` in any case).
 
+    Inside ``plugdrop ablate`` (the script is an ablation's ``program:``), every evaluation's
+    metrics (``eval_loss``, ``eval_accuracy``, what ``compute_metrics`` gave) are logged into
+    the run at its ``step`` (and ``epoch`` when it falls on an epoch's end), from the main
+    process: adding this callback makes a ``Trainer`` script an ablation program.
+
     Each ``train()`` attaches the spec to the model it trains, its schedules at that
     training's step: one callback serves several trainings and trainers. The position of the
     schedules is the trainer's own ``global_step``, which ``resume_from_checkpoint``
@@ -79,10 +86,12 @@ class Regularize(RegularizeCallback, TrainerCallback, ExportableState):
     them to receive the values.
     """
 
-    def __init__(self, spec: Any, *, module: str | None = None, steps: int | None = None,
-                 log: bool = True, watch: Any = None, remove_at_end: bool = True,
-                 example_input: Any = None, source: str | None = None, step: int = 0) -> None:
-        self._args = {"spec": spec_arg(spec), "module": module, "steps": steps, "log": log,
+    def __init__(self, spec: Any = None, *, module: str | None = None,
+                 steps: int | None = None, log: bool = True, watch: Any = None,
+                 remove_at_end: bool = True, example_input: Any = None,
+                 source: str | None = None, step: int = 0) -> None:
+        self._args = {"spec": spec_arg(spec) if spec is not None else None, "module": module,
+                      "steps": steps, "log": log,
                       "watch": watch if _plain(watch) else None,
                       "remove_at_end": remove_at_end, "source": source}
         super().__init__(spec, module, steps, log, watch, remove_at_end, example_input, source)
@@ -200,6 +209,21 @@ class Regularize(RegularizeCallback, TrainerCallback, ExportableState):
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and _step_log(last):
             last.update(values)  # the trainer stored a copy of the logs before calling us
+        return None
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None,
+                    **kwargs: Any) -> None:
+        """Log the evaluation's metrics into the ``plugdrop ablate`` run (the main process)."""
+        run = self._twin._run if self._twin is not None else self._run
+        if run is None or not metrics or not getattr(state, "is_world_process_zero", True):
+            return None
+        values = metrics_of(metrics)
+        if not values:
+            return None
+        epoch = getattr(state, "epoch", None)
+        whole = (int(round(epoch)) if isinstance(epoch, (int, float)) and epoch >= 0
+                 and abs(epoch - round(epoch)) < 1e-6 else None)
+        run.log(epoch=whole, step=int(state.global_step), **values)
         return None
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -1,5 +1,5 @@
 """Adaptive ablations end to end (``seeds: {min, max}``) on the embedded digits with a tiny
-CNN: a clearly harmful variant stops at ``min`` seeds as worse while the others go on; the
+CNN: a clearly harmful variant stops early as worse while the others go on; the
 decisions and their reasons are lines of ``decisions.jsonl`` and fields of ``results.json``; a
 killed and resumed ablation makes the same decisions with the same seeds; every launcher
 (processes, submitit, Ray) drives it round by round; ``--shard`` is refused; the new metrics
@@ -46,19 +46,24 @@ def ref(tmp_path_factory) -> Path:
     return reference_ablation(tmp_path_factory.mktemp("adaptive"), ADAPTIVE)
 
 
-def test_a_harmful_variant_stops_at_min_seeds_as_worse(ref, capsys):
+def test_a_harmful_variant_stops_early_as_worse(ref, capsys):
+    """The noise variant falls to chance accuracy (about -50 pp), but this tiny net's baseline
+    itself varies by several pp between seeds: at 3 seeds its t-statistic (about -10, 2
+    degrees of freedom) stays inside the first round's boundary of the default spending (a
+    fifth of its alpha there: |t| > 13.7), and it is called worse at the second round, with
+    4 seeds, while dropblock goes on (the old design stopped it at 3)."""
     dec = {d["variant"]: d for d in decisions(ref)}
     noise = dec["noise"]
-    assert (noise["verdict"], noise["round"], noise["seeds"], noise["n"]) == ("worse", 1, 3, 3)
+    assert (noise["verdict"], noise["round"], noise["seeds"], noise["n"]) == ("worse", 2, 4, 4)
     assert noise["high"] < 0 and noise["p_adjusted"] < 0.05 and "below 0" in noise["reason"]
-    assert not (ref / "runs" / "noise__s3").exists()  # no fourth seed for a decided variant
+    assert not (ref / "runs" / "noise__s4").exists()  # no fifth seed for a decided variant
     doc = json.loads((ref / "results.json").read_text())
     summ = {s["variant"]: s for s in doc["summary"]}
-    assert summ["noise"]["verdict"] == "worse" and summ["noise"]["seeds_used"] == 3
+    assert summ["noise"]["verdict"] == "worse" and summ["noise"]["seeds_used"] == 4
     assert summ["noise"]["decision"]["high"] == pytest.approx(noise["high"])
     assert summ["noise"]["p_adjusted"] == pytest.approx(noise["p_adjusted"])
-    assert summ["baseline"]["seeds_used"] == summ["dropblock"]["seeds_used"] >= 3
-    assert summ["noise"]["iqm"]["n"] == 3 and summ["noise"]["probability_of_improvement"]
+    assert summ["baseline"]["seeds_used"] == summ["dropblock"]["seeds_used"] > 4
+    assert summ["noise"]["iqm"]["n"] == 4 and summ["noise"]["probability_of_improvement"]
     assert doc["counts"]["incomplete"] == 0  # the runs the design never needed are none
     table = (ref / "report.html").read_text()
     assert "runs saved" in table and "noise" in table and "data:image/png;base64" in table
@@ -99,6 +104,37 @@ def test_a_resumed_adaptive_ablation_decides_the_same(tmp_path, ref):
     assert used == sorted(p.name for p in (ref / "runs").iterdir())
 
 
+def test_an_old_folder_resumes_with_the_design_it_started_with(tmp_path, ref):
+    """A folder of an older plugdrop (its recorded config has no ``spending``), resumed: it
+    keeps its design (ablation.json still without it, the same config hash), the decisions
+    are the legacy design's on its values, and its lines say so."""
+    import shutil
+
+    from plugdrop.ablate.report import decision_values, load_ablation
+    from plugdrop.ablate.report import legacy as L
+    from plugdrop.ablate.report.sequential import design_of
+
+    out = tmp_path / "old"
+    shutil.copytree(ref, out, ignore=shutil.ignore_patterns(".lock", "*.lock"))
+    manifest = json.loads((out / "ablation.json").read_text())
+    manifest["config"] = {k: v for k, v in manifest["config"].items()
+                          if k not in ("spending", "passing")}
+    (out / "ablation.json").write_text(json.dumps(manifest))
+    assert main(["ablate", str(write(tmp_path, ADAPTIVE)), "--out", str(out), "--resume"]) == 0
+    after = json.loads((out / "ablation.json").read_text())
+    assert "spending" not in after["config"] and after["config_hash"] == manifest["config_hash"]
+    ab = load_ablation(out)
+    design = design_of(ab.config, legacy=True)
+    assert design is not None
+    want = design.replay(decision_values(ab, "val_acc")).events
+    got = decisions(out)
+    assert got == json.loads(json.dumps(want)) and got
+    assert all(d["procedure"] == L.PROCEDURE for d in got)
+    assert "procedure: legacy" in (out / "report.html").read_text()
+    assert {d["variant"]: d["verdict"] for d in decisions(ref)}["noise"] == "worse"
+    assert all(d["procedure"].startswith("exact group-sequential") for d in decisions(ref))
+
+
 # Fewer seeds for the launchers: two rounds (3 seeds, then a 4th for the undecided ones).
 LAUNCHED = ADAPTIVE.replace("seeds: {min: 3, max: 5}", "seeds: {min: 3, max: 4}")
 
@@ -106,7 +142,7 @@ LAUNCHED = ADAPTIVE.replace("seeds: {min: 3, max: 5}", "seeds: {min: 3, max: 4}"
 @pytest.fixture(scope="module")
 def ref_launched(tmp_path_factory) -> Path:
     out = reference_ablation(tmp_path_factory.mktemp("launched"), LAUNCHED)
-    assert {d["round"] for d in decisions(out)} == {1, 2}  # the launchers drive two rounds
+    assert max(d["round"] for d in decisions(out)) == 2  # the launchers drive two rounds
     return out
 
 

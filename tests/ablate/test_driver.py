@@ -96,7 +96,7 @@ class Scripted:
 
 
 def _ctx(out: Path, retries: int = 1) -> LaunchContext:
-    return LaunchContext(cfg=None, out=out, d=Dist(), data=None, progress=None,  # type: ignore
+    return LaunchContext(cfg=None, out=out, d=Dist(), program=None, progress=None,  # type: ignore
                          options=LaunchOptions(max_retries=retries))
 
 

@@ -1,8 +1,8 @@
 """Scaling out: ``--shard`` processes side by side, ``--launcher submitit`` (submitit's local
 executor: real separate processes) and ``--launcher ray`` (a local Ray cluster on 2 CPUs) give
 the results table of the local sequential runner; a preempted / killed job is requeued or
-retried and its run resumes from its checkpoint (epoch 1 is not trained again); every user
-mistake is one line."""
+retried and its run resumes from its checkpoint (epoch 1 is not trained again); Ray's jobs run a
+``program:`` too; every user mistake is one line."""
 
 from __future__ import annotations
 
@@ -246,6 +246,27 @@ def test_ray_waits_for_a_run_another_process_trains(tmp_path, capsys):
     assert result == [0], capsys.readouterr().err[-3000:]
     assert len(attempts(out, "baseline__s0")) == 1
     assert (out / "runs" / "baseline__s0" / "done.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+def test_ray_runs_a_training_program(tmp_path, monkeypatch):
+    """A ``program:`` (a script of the user's) trains through Ray's jobs as through the local
+    launcher: the same metrics logged per run (here, where the module's cluster is up)."""
+    from _programs import ablate, config, fake, folder, run_dir
+
+    variants = '  baseline: []\n  good:\n    - {layers: "layer1.*", transform: Dropout, p: 0.1}\n'
+    folder(tmp_path, monkeypatch, config(fake(), variants=variants))
+    assert ablate("--launcher", "ray", "--max-parallel", "2") == 0
+    local = tmp_path / "local"
+    local.mkdir()
+    folder(local, monkeypatch, config(fake(), variants=variants))
+    assert ablate() == 0
+    for run in ("baseline__s0", "good__s0"):
+        assert (run_dir(tmp_path / "out", run) / "metrics.jsonl").read_text() == \
+            (run_dir(local / "out", run) / "metrics.jsonl").read_text()
+        assert json.loads((run_dir(tmp_path / "out", run) / "attempts.jsonl").read_text()
+                          .splitlines()[0])["launcher"] == "ray"
 
 
 @pytest.mark.slow

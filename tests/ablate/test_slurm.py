@@ -150,6 +150,31 @@ def test_the_ablation_runner_through_submitit_on_slurm(slurm_cluster, tmp_path, 
     assert sorted(acct.stdout.splitlines()[1:]) == [f"{array}_{t}|COMPLETED|{c.node}" for t in "01"]
 
 
+@pytest.mark.slow
+def test_a_training_program_through_submitit_on_slurm(slurm_cluster, tmp_path, monkeypatch):
+    """``program:`` (a script of the user's, here the standard library's only) runs as
+    Slurm's jobs: each job starts the program in the folder ``plugdrop ablate`` started in,
+    under the run contract, and the ablation ends as the local launcher's does."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    from _programs import ablate, config, fake, folder, run_dir, starts
+
+    c = slurm_cluster
+    variants = '  baseline: []\n  good:\n    - {layers: "layer1.*", transform: Dropout, p: 0.1}\n'
+    folder(tmp_path, monkeypatch, config(fake(), variants=variants))
+    for k, v in dict(c.env, **{k: v for k, v in env().items()
+                               if k in ("PYTHONPATH", "OMP_NUM_THREADS")}).items():
+        monkeypatch.setenv(k, v)
+    assert ablate("--launcher", "submitit", "--slurm-cluster", "slurm", "--slurm-partition",
+                  c.partition, "--timeout-min", "10") == 0, c.tail()
+    out = tmp_path / "out"
+    for run, variant in (("baseline__s0", "baseline"), ("good__s0", "good")):
+        assert (run_dir(out, run) / "done.json").exists()
+        (start,) = starts(out, run)
+        assert start["cwd"] == str(tmp_path) and start["env"]["PLUGDROP_VARIANT"] == variant
+    assert "srun " in next((out / ".submitit").glob("*/*_submission.sh")).read_text()
+    c.wait_empty(60)
+
+
 # --------------------------------------------------------------------------- preemption
 
 #: one run of 22 optimizer steps an epoch, a checkpoint every 5 steps

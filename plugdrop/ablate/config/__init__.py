@@ -2,7 +2,7 @@
 of every value (:mod:`.locations`), attachments and their values (:mod:`.attachments`,
 :mod:`.values`), variants and grids (:mod:`.variants`), command-line overrides
 (:mod:`.overrides`), the loader (:mod:`.loader`), the typed values a check returns
-(:mod:`.types`, :mod:`.metrics`), the checks that need several settings (:mod:`.together`),
+(:mod:`.types`, :mod:`.metrics`, :mod:`.spending`), the checks that need several settings (:mod:`.together`),
 the config as plain data for the jobs and the report (:mod:`.stored`) and the generated
 settings reference (:mod:`.reference`).
 
@@ -12,21 +12,25 @@ settings reference (:mod:`.reference`).
 """
 
 from .attachments import Attachment
-from .metrics import AUTO, METRICS, DecisionRule, Metric
+from .metrics import AUTO, METRICS, PASSING, DecisionRule, Metric
 from .loader import load, loads, parse
 from .overrides import Override, flag, parse_overrides
+from .program import PLACEHOLDERS, ProgramSpec
 from .reference import BEGIN_MARK, END_MARK, flag_name, reference
 from .schema import AblationConfig, Setting, settings, unhashed
-from .stored import CONFIG_FILE, load_settings, load_stored, restore, save_config, stored
+from .spending import DEFAULT_SPENDING, Spending
+from .stored import (CONFIG_FILE, DESIGN_SETTINGS, as_recorded, legacy_design, load_settings,
+                     load_stored, restore, save_config, stored)
 from .together import batch_per_process, check_classes, check_shard
 from .types import CompileSpec, GradCamSpec, Interval, SeedPlan
 from .values import build_value, schedule_names, transform_names
 from .variants import VARIANT_NAME, Variant
 
 __all__ = ["AUTO", "AblationConfig", "Attachment", "BEGIN_MARK", "CONFIG_FILE", "CompileSpec",
-           "DecisionRule", "END_MARK", "GradCamSpec", "Interval", "METRICS", "Metric",
-           "Override", "SeedPlan", "Setting", "VARIANT_NAME", "Variant", "batch_per_process",
+           "DEFAULT_SPENDING", "DESIGN_SETTINGS", "DecisionRule", "END_MARK", "GradCamSpec",
+           "Interval", "METRICS", "Metric", "Override", "PASSING", "PLACEHOLDERS", "ProgramSpec", "SeedPlan", "Setting",
+           "Spending", "VARIANT_NAME", "Variant", "as_recorded", "batch_per_process",
            "build_value", "check_classes", "check_shard", "flag",
-           "flag_name", "load", "load_settings", "load_stored", "loads", "parse", "parse_overrides", "reference",
+           "flag_name", "legacy_design", "load", "load_settings", "load_stored", "loads", "parse", "parse_overrides", "reference",
            "restore", "save_config", "schedule_names", "settings", "stored", "transform_names",
            "unhashed"]

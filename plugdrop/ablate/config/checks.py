@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 from ..errors import ConfigError
 from .locations import Loc, LocDict, fail, plain, suggest
 from .metrics import METRICS
+from .spending import DEFAULT_SPENDING, Spending
 from .types import CompileSpec, GradCamSpec, Interval, SeedPlan
 
 __all__ = ["Check", "Value", "boolean", "choice", "integer", "number", "text"]
@@ -286,15 +287,69 @@ def compile_model(v: Value) -> Any:
 
 
 def decide_on(v: Value) -> Any:
-    """One of :data:`~.metrics.METRICS`, as its :class:`~.metrics.Metric`."""
-    v.need(v.value in METRICS, " | ".join(METRICS),
-           suggest(v.value, METRICS) if isinstance(v.value, str) else "")
+    """One of :data:`~.metrics.METRICS`, or ``{metric: NAME, goal: max | min}`` (any metric a
+    program logs; ``goal`` may be left out for a metric plugdrop knows), as its
+    :class:`~.metrics.Metric`."""
+    if isinstance(v.value, Mapping):
+        return _logged_metric(v)
+    v.need(v.value in METRICS, " | ".join(METRICS) + ", or {metric: NAME, goal: max | min} for "
+           "a metric a program logs", suggest(v.value, METRICS) if isinstance(v.value, str)
+           else "")
     return METRICS[v.value]
+
+
+def _logged_metric(v: Value) -> Any:
+    from .metrics import Metric
+
+    unknown = [k for k in v.value if k not in ("metric", "goal")]
+    if unknown:
+        raise fail(v.at(unknown[0]), f"decide_on has no setting {unknown[0]!r}"
+                                     f"{suggest(unknown[0], ('metric', 'goal'))}; it takes "
+                                     f"metric and goal")
+    name, goal = v.value.get("metric"), v.value.get("goal")
+    if not isinstance(name, str) or not name.strip() or name in ("epoch", "step"):
+        raise fail(v.at("metric"), f"decide_on metric must be the name of a metric the "
+                                   f"program logs (a key of its metrics lines), got {name!r}")
+    if goal is not None and goal not in Metric.GOALS:
+        raise fail(v.at("goal"), f"decide_on goal must be max or min, got {goal!r}")
+    known = METRICS.get(name)
+    if known is not None:
+        if goal is not None and Metric.GOALS[goal] != known.higher_is_better:
+            raise fail(v.at("goal"), f"decide_on: {name} is better when "
+                                     f"{'higher' if known.higher_is_better else 'lower'}: "
+                                     f"goal {known.goal}, or leave goal out")
+        return known
+    if goal is None:
+        raise fail(v.loc, f"decide_on: {name} is not a metric plugdrop knows: give its goal, "
+                          f"{{metric: {name}, goal: max}} (higher is better) or goal: min")
+    return Metric.logged(name, Metric.GOALS[goal])
 
 
 def margin(v: Value) -> Any:
     v.need(v.value == "auto" or (is_num(v.value) and v.value >= 0), "auto or a number >= 0")
     return v.value if v.value == "auto" else float(v.value)
+
+
+def spending(v: Value) -> Any:
+    """A spending function as :meth:`~.spending.Spending.parse` reads it, as its
+    :class:`~.spending.Spending` (a typo: the nearest form suggested)."""
+    if not isinstance(v.value, str):
+        v.need(False, Spending.WHAT)
+    try:
+        return Spending.parse(v.value)
+    except ValueError as e:
+        if not str(e).startswith("unknown"):  # the right form, a value out of range
+            raise v.fail(f"{v.key} {v.value!r}: {e}") from None
+        text = v.value.strip().lower()
+        named = next((form for words, form in _SPENDING_NAMES if any(w in text for w in words)),
+                     None)
+        v.need(False, Spending.WHAT, f" (did you mean {named!r}?)" if named else
+               suggest(text, ("obf", "pocock", "hsd(-4)", str(DEFAULT_SPENDING))))
+        raise  # not reached: need raised
+
+
+#: spending functions by their authors' names -> the form the setting takes
+_SPENDING_NAMES = ((("brien", "fleming"), "obf"), (("hwang", "decani", "shih"), "hsd(-4)"))
 
 
 def checkpoint_every(v: Value) -> Any:

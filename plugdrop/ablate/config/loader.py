@@ -8,6 +8,7 @@ the table in :mod:`.schema`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,13 +36,19 @@ def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = ()
         raise fail(root_loc, "the config must be a mapping of settings (model, data, "
                              "variants...)")
     origin = {"text": text if text is not None else _yaml_of(raw),
-              "overrides": [stored_override(ov) for ov in overrides]}
+              "overrides": [stored_override(ov) for ov in overrides], "cwd": _cwd()}
     if not isinstance(raw, LocDict):
         raw = LocDict(raw, root_loc, {})
     for ov in overrides:
         apply(raw, ov)
     table = settings()
     known = sorted(table)
+    if raw.get("program") is not None:
+        for key in raw:
+            if key in table and table[key].loop:
+                raise fail(raw.at(key), f"{key} is a setting of plugdrop's own training loop, "
+                                        f"which does not run with program: (the program "
+                                        f"trains); remove it")
     options: dict[str, Any] = {}
     locs: dict[str, str] = {}
     for key, value in raw.items():
@@ -53,13 +60,22 @@ def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = ()
         check = table[key].check
         if check is not None:
             options[key] = plain(check(Value(key, value, kloc)))
-    if "model" not in options:
-        raise fail(root_loc, "the config needs 'model:' (a timm model name such as resnet18)")
+    if options.get("program") is None and "model" not in options:
+        raise fail(root_loc, "the config needs 'model:' (a timm model name such as resnet18), "
+                             "or 'program:' (a training script of your own)")
     options["variants"] = parse_variants(raw.get("variants"),
                                          raw.at("variants") if "variants" in raw else root_loc)
     cfg = AblationConfig(**options, source=source, locs=locs, origin=origin)
     check_together(cfg)
     return cfg
+
+
+def _cwd() -> str | None:
+    """The working directory (``None`` when it no longer exists)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _yaml_of(raw: Any) -> str:

@@ -37,7 +37,8 @@ def _shown(value: Any) -> str:
 
 def reference() -> str:
     """The settings reference as Markdown: a table per group (setting, default, flag, what it
-    is), then what ``--set`` and the hash mean."""
+    is; *loop* marks the settings of plugdrop's own loop, which a ``program:`` replaces), then
+    what ``--set`` and the hash mean."""
     table = settings()
     lines: list[str] = []
     for group in GROUPS:
@@ -50,8 +51,12 @@ def reference() -> str:
                 flag_name(f"{name}_{sub}") for sub in s.subflags]
             flag = ", ".join(f"`{f}`" for f in flags)
             note = "" if s.hashed else " (not part of the config hash: may change on `--resume`)"
-            lines.append(f"| `{name}` | `{shown}` | {flag} | {s.help}{note} |")
+            loop = " *loop*" if s.loop else ""
+            lines.append(f"| `{name}` | `{shown}` | {flag} | {s.help}{note}{loop} |")
         lines.append("")
+    lines.append("*loop*: a setting of plugdrop's own training loop, which a `program:` "
+                 "replaces: with `program:` it does not apply, and giving it is an error.")
+    lines.append("")
     lines.append("Any setting, nested ones too, also takes `--set KEY=VALUE` (the value is "
                  "YAML; `KEY` a dotted path into mappings and lists: "
                  "`--set variants.dropblock.0.p=0.2`).")

@@ -16,15 +16,20 @@ from typing import Any
 
 from ..data import AUGMENT_KEYS, DataSpec
 from . import checks as C
-from .metrics import AUTO, METRICS, DecisionRule, Metric
+from . import program as P
+from .metrics import AUTO, METRICS, PASSING, DecisionRule, Metric
+from .spending import DEFAULT_SPENDING, Spending
 from .types import CompileSpec, GradCamSpec, Interval, SeedPlan, to_plain
 from .variants import Variant
 
-__all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "Setting", "default", "fingerprint",
-           "resolved_default", "setting", "settings", "unhashed"]
+__all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "LOOP_GROUPS", "Setting", "default",
+           "fingerprint", "loop_settings", "resolved_default", "setting", "settings",
+           "unhashed"]
 
 #: the groups of the settings reference, in order
-GROUPS = ("Model", "Data", "Optimization", "Runs", "Decisions")
+GROUPS = ("Program", "Model", "Data", "Optimization", "Runs", "Decisions")
+#: the groups whose every setting is one of plugdrop's own training loop (:attr:`Setting.loop`)
+LOOP_GROUPS = ("Model", "Data", "Optimization")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Setting:
             folders existed: it enters the hash only when set to another value than its
             default, so that the folders of earlier versions still resume.
         shown: the default as the reference shows it, when the value alone says too little.
+        loop: a setting of plugdrop's own training loop (the model, the data, the optimizer,
+            ...), which a ``program:`` replaces: giving it with ``program:`` is an error.
     """
 
     help: str
@@ -55,6 +62,7 @@ class Setting:
     hashed: bool | str = True
     shown: str | None = None
     subflags: tuple[str, ...] = ()
+    loop: bool = False
 
 
 #: :attr:`Setting.hashed` of a setting that enters the hash only away from its default
@@ -64,10 +72,12 @@ AWAY_FROM_DEFAULT = "away from its default"
 def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | None,
             flag: type | None = None, many: bool = False, hashed: bool | str = True,
             shown: str | None = None, subflags: tuple[str, ...] = (),
-            factory: Any = None) -> Any:
+            factory: Any = None, loop: bool | None = None) -> Any:
     """A field of :class:`AblationConfig` carrying its :class:`Setting` (no ``default``: the
-    setting is required; ``factory``: a mutable default)."""
-    meta = {"setting": Setting(help, group, check, flag, many, hashed, shown, subflags)}
+    setting is required; ``factory``: a mutable default; ``loop``: a setting of plugdrop's own
+    training loop, by default those of :data:`LOOP_GROUPS`)."""
+    meta = {"setting": Setting(help, group, check, flag, many, hashed, shown, subflags,
+                               group in LOOP_GROUPS if loop is None else loop)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -79,13 +89,27 @@ class AblationConfig:
     setting (see :func:`settings`, and the docs' settings reference generated from them)."""
 
     # -- required ---------------------------------------------------------------------------
-    model: str = setting(
-        group="Model", check=C.text("a timm model name (resnet18) or package.module:factory"),
-        help="a timm model name such as `resnet18`, or `package.module:factory`")
     variants: tuple[Variant, ...] = setting(
         group="Runs", check=None,
         help="name -> list of attachments (`[]`: the baseline); see the ablations guide "
              "(docs/guide/ablations.md)")
+    # -- program ----------------------------------------------------------------------------
+    program: P.ProgramSpec | None = setting(
+        None, group="Program", check=P.program, hashed=AWAY_FROM_DEFAULT,
+        help="a training program of your own, run once per variant x seed: a list of arguments, "
+             "or a string split as a shell would (no shell runs it), `{seed}`, `{variant}`, "
+             "`{spec}`, `{run_dir}`, `{metrics}` replaced, the run contract's `PLUGDROP_*` "
+             "variables set (docs/guide/programs.md); none: plugdrop's own loop")
+    run_timeout: Interval | None = setting(
+        None, group="Program", check=P.run_timeout, hashed=False,
+        help="end a program that runs longer than this (`2h`, `30min`, `90s`): SIGTERM, then "
+             "SIGKILL; the run fails saying so; none: no limit")
+    # -- model ------------------------------------------------------------------------------
+    model: str = setting(
+        "", group="Model", check=C.text("a timm model name (resnet18) or package.module:factory"),
+        shown="required",
+        help="a timm model name such as `resnet18`, or `package.module:factory` (required "
+             "without `program:`)")
     # -- model ------------------------------------------------------------------------------
     model_kwargs: Mapping[str, Any] = setting(
         factory=dict, group="Model", check=C.model_kwargs,
@@ -178,23 +202,23 @@ class AblationConfig:
              "adaptive one: seeds in rounds, `step` more per round, `first` the first seed, "
              "until each variant is decided; see docs/guide/ablations.md, Decisions)")
     device: str = setting("auto", group="Runs", check=C.device, flag=str, hashed=False,
-                          help="`auto`, `cpu`, `cuda` or `cuda:N`")
+                          loop=True, help="`auto`, `cpu`, `cuda` or `cuda:N`")
     out: str = setting("runs/ablation", group="Runs", check=C.text("a non-empty folder path"),
                        flag=str, hashed=False, help="the output folder")
     watch: Any = setting(
-        "auto", group="Runs", check=C.watch,
+        "auto", group="Runs", check=C.watch, loop=True,
         help="layers whose statistics are recorded per epoch; `auto`: every layer a variant "
              "regularizes; false: none")
     gradcam: GradCamSpec | str | bool = setting(
-        "auto", group="Runs", check=C.gradcam,
+        "auto", group="Runs", check=C.gradcam, loop=True,
         help="Grad-CAM overlays of the first seed of each variant: `auto` (the last "
              "regularized layer with a map of at least 4x4), a layer name, `{layer, images}` "
              "or false")
     log: tuple[str, ...] = setting((), group="Runs", check=C.log, hashed=False, shown="[]",
-                                   help="`[tensorboard]`: event files in each run folder")
+                                   loop=True, help="`[tensorboard]`: event files in each run folder")
     checkpoint_every: Interval | bool = setting(
         Interval(10, "min"), group="Runs", shown="10min", check=C.checkpoint_every, hashed=False,
-        help="a checkpoint in the middle of an epoch this often (`30min`, `90s`, `2h`) or every "
+        loop=True, help="a checkpoint in the middle of an epoch this often (`30min`, `90s`, `2h`) or every "
              "so many optimizer steps (`500steps`), besides every epoch end; a signal (SIGTERM, "
              "SIGUSR1/2) also checkpoints at the next step; a resumed run continues at that "
              "step. `false`: at epoch ends only")
@@ -203,18 +227,28 @@ class AblationConfig:
         METRICS["val_acc"], group="Decisions", check=C.decide_on, hashed=AWAY_FROM_DEFAULT,
         shown="val_acc",
         help="the metric of the last epoch the verdicts compare: " + "; ".join(
-            f"`{m.name}`, {m.help}" for m in METRICS.values()))
+            f"`{m.name}`, {m.help}" for m in METRICS.values()) + "; with `program:`, also "
+             "`{metric: NAME, goal: max | min}` for any metric the program logs (its last "
+             "logged value; required with `program:`)")
     margin: float | str = setting(
         AUTO, group="Decisions", check=C.margin, hashed=AWAY_FROM_DEFAULT,
         help="a difference smaller than this is no difference (equivalence), in the decision "
              "metric's units as shown: percentage points for accuracies, the calibration "
-             "error and the gap, nats for losses; `auto`: " + ", or ".join(sorted(
+             "error and the gap, nats for losses, its own units for a metric a program logs "
+             "(required for one plugdrop does not know); `auto`: " + ", or ".join(sorted(
                  {f"{m.auto_margin:g} {'pp' if m.percent else 'nats for a loss'}"
                   for m in METRICS.values()}, reverse=True)))
     alpha: float = setting(
         0.05, group="Decisions", check=C.number("in (0, 0.5)", lambda v: 0 < v < 0.5),
         hashed=AWAY_FROM_DEFAULT,
         help="the family-wise error rate of the verdicts, over every variant and every look")
+    spending: Spending = setting(
+        DEFAULT_SPENDING, group="Decisions", check=C.spending, hashed=AWAY_FROM_DEFAULT,
+        help="how an adaptive design spends each variant's alpha over the rounds: `obf`, "
+             "`pocock`, `hsd(GAMMA)` or `first(SHARE)+hsd(GAMMA)` (`plugdrop plan` compares)")
+    passing: str = setting(
+        "holm", group="Decisions", check=C.choice(*PASSING, close=True), hashed=AWAY_FROM_DEFAULT,
+        help="`holm`: a variant called better or worse passes its alpha on; `bonferroni`: not")
     # -- not settings: where the config came from -------------------------------------------
     source: str = "<config>"
     locs: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -259,8 +293,9 @@ class AblationConfig:
 
     @property
     def decision(self) -> DecisionRule:
-        """How verdicts are decided: ``decide_on``, ``alpha`` and ``margin`` (resolved)."""
-        return DecisionRule(self.decide_on, self.alpha, self.margin)
+        """How verdicts are decided: ``decide_on``, ``alpha`` and ``margin`` (resolved),
+        ``spending`` and ``passing``."""
+        return DecisionRule(self.decide_on, self.alpha, self.margin, self.spending, self.passing)
 
     @property
     def gradcam_at(self) -> GradCamSpec | None:
@@ -278,16 +313,27 @@ class AblationConfig:
         return self.locs.get(key, self.source)
 
     def resolved(self) -> dict[str, Any]:
-        """The whole config with defaults filled in, as plain JSON-able data."""
+        """The whole config with defaults filled in, as plain JSON-able data (with
+        ``program:``, without the settings of plugdrop's own loop, which do not apply)."""
+        skip = set(loop_settings()) if self.program is not None else set()
         out: dict[str, Any] = {name: to_plain(getattr(self, name)) for name in settings()
-                               if name != "variants"}
+                               if name != "variants" and name not in skip}
         out["variants"] = {v.name: [a.describe() for a in v.attachments]
                            for v in self.variants}
         return out
 
+    @property
+    def cwd(self) -> str | None:
+        """The working directory the config was loaded in (a program runs there)."""
+        return self.origin.get("cwd") if isinstance(self.origin.get("cwd"), str) else None
+
     def hash(self) -> str:
-        """A fingerprint of every setting that changes results (:attr:`Setting.hashed`)."""
-        return fingerprint(self.resolved(), settings())
+        """A fingerprint of every setting that changes results (:attr:`Setting.hashed`); with
+        ``program:``, of the working directory it runs in too (``python train.py`` there)."""
+        resolved = self.resolved()
+        if self.program is not None:
+            resolved["program_cwd"] = self.cwd
+        return fingerprint(resolved, settings())
 
     def attached_layers(self) -> list[Any]:
         """The selectors of every per-layer forward transform attached to outputs in any
@@ -332,6 +378,12 @@ def fingerprint(resolved: Mapping[str, Any], table: Mapping[str, Setting]) -> st
 def resolved_default(name: str) -> Any:
     """The default of setting ``name`` as the resolved config writes it (plain data)."""
     return to_plain(default(name))
+
+
+def loop_settings() -> list[str]:
+    """The settings of plugdrop's own training loop (:attr:`Setting.loop`), which do not apply
+    to a ``program:``."""
+    return [name for name, s in settings().items() if s.loop]
 
 
 def unhashed() -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,10 @@ from .. import runs
 from ..errors import ConfigError
 from .loader import loads, parse
 from .overrides import restored_override
-from .schema import AblationConfig
+from .schema import AblationConfig, resolved_default
 
-__all__ = ["CONFIG_FILE", "FORMAT", "load_settings", "load_stored", "restore", "save_config",
-           "stored"]
+__all__ = ["CONFIG_FILE", "DESIGN_SETTINGS", "FORMAT", "as_recorded", "legacy_design",
+           "load_settings", "load_stored", "restore", "save_config", "stored"]
 
 #: the stored config's file in an ablation folder
 CONFIG_FILE = ".config.json"
@@ -34,16 +35,23 @@ _OLD_CONFIG_FILE = ".config.pkl"
 #: the version of the stored form
 FORMAT = 1
 
+#: the settings of the exact group-sequential design of an adaptive ablation: a config that
+#: ``ablation.json`` records without them is one of an older plugdrop, which keeps the design
+#: it started with (:func:`legacy_design`)
+DESIGN_SETTINGS = ("spending", "passing")
+
 
 def stored(cfg: AblationConfig) -> dict[str, Any]:
     """``cfg`` as JSON-able data that :func:`restore` reads back into an equal config."""
     return {"format": FORMAT, "source": cfg.source, "text": cfg.origin.get("text", ""),
-            "overrides": list(cfg.origin.get("overrides", [])), "config_hash": cfg.hash()}
+            "overrides": list(cfg.origin.get("overrides", [])), "cwd": cfg.cwd,
+            "config_hash": cfg.hash()}
 
 
 def restore(data: Any, where: str, want_hash: str | None = None) -> AblationConfig:
     """The config that :func:`stored` wrote (read from ``where``), checked as a user's config
-    is; ``want_hash``: the hash it must have (:meth:`AblationConfig.hash`).
+    is, with the working directory it was loaded in (where a ``program:`` runs; part of its
+    hash); ``want_hash``: the hash it must have (:meth:`AblationConfig.hash`).
 
     Raises:
         ConfigError: ``data`` is not a stored config, fails a check, or has another hash than
@@ -59,6 +67,8 @@ def restore(data: Any, where: str, want_hash: str | None = None) -> AblationConf
         cfg = loads(data["text"], data["source"], overrides)
     except ConfigError as e:
         raise ConfigError(f"{where}: the stored config fails its checks ({e})") from None
+    cwd = data.get("cwd")
+    cfg = replace(cfg, origin={**cfg.origin, "cwd": cwd if isinstance(cwd, str) else None})
     for expected in (data.get("config_hash"), want_hash):
         if expected is not None and cfg.hash() != expected:
             raise ConfigError(f"{where}: the stored config is not the one this ablation "
@@ -134,6 +144,30 @@ def load_settings(out: Path) -> tuple[AblationConfig, str | None]:
     if (out / CONFIG_FILE).exists():
         return cfg, f"{refused}; the report reads the config ablation.json records"
     return cfg, None
+
+
+def legacy_design(out: Path) -> bool:
+    """Whether the adaptive ablation in ``out`` decides with the design of plugdrop before the
+    exact group-sequential one (Bonferroni, Pocock-type spending, union-bound intervals): its
+    ``ablation.json`` records a config without ``spending`` (an older version started it). Its
+    decisions replay as they were made, also after ``--resume`` (:func:`as_recorded`).
+    ``False`` without a readable ``ablation.json``."""
+    try:
+        resolved = _manifest(out).get("config")
+    except ConfigError:
+        return False
+    return isinstance(resolved, Mapping) and "spending" not in resolved
+
+
+def as_recorded(out: Path, resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config as ``ablation.json`` in ``out`` records it: for a folder of the
+    legacy design (:func:`legacy_design`) the design's settings at their defaults are left
+    out, so that a resumed ablation keeps its design (away from their defaults the config's
+    hash is another, and the folder refuses it)."""
+    if not legacy_design(out):
+        return dict(resolved)
+    return {k: v for k, v in resolved.items()
+            if not (k in DESIGN_SETTINGS and v == resolved_default(k))}
 
 
 def _manifest(out: Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ the others where their second half becomes known, before any run trains."""
 from __future__ import annotations
 
 from ..errors import ConfigError
+from .metrics import AUTO, METRICS
 from .schema import AblationConfig
 
 __all__ = ["batch_per_process", "check_classes", "check_shard", "check_together"]
@@ -13,13 +14,41 @@ __all__ = ["batch_per_process", "check_classes", "check_shard", "check_together"
 
 def check_together(cfg: AblationConfig) -> None:
     """What the settings of one config must agree on: an adaptive design has a baseline to
-    compare with; ``decide_on: val_acc_ema`` has an EMA model."""
+    compare with; ``decide_on: val_acc_ema`` has an EMA model; a program says what to decide
+    on, and a metric plugdrop does not know comes with its margin (and a program to log it);
+    ``run_timeout`` ends a program."""
     if cfg.adaptive and cfg.baseline is None:
         raise ConfigError(f"{cfg.loc('seeds')}: an adaptive design compares every variant with "
                           f"the baseline: add a variant 'baseline: []'")
-    if cfg.decide_on.name == "val_acc_ema" and cfg.ema is None:
+    _check_program(cfg)
+    if cfg.program is None and cfg.decide_on.name == "val_acc_ema" and cfg.ema is None:
         raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: val_acc_ema needs an EMA model; "
                           f"add ema: true")
+
+
+def _check_program(cfg: AblationConfig) -> None:
+    metric = cfg.decide_on
+    if cfg.program is None:
+        if metric.custom:
+            raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: {metric.name} is no metric "
+                              f"plugdrop's trainer records (it records "
+                              f"{', '.join(METRICS)}); a metric of your own needs a "
+                              f"program: that logs it")
+        if cfg.run_timeout is not None:
+            raise ConfigError(f"{cfg.loc('run_timeout')}: run_timeout ends a program that "
+                              f"runs too long; it needs program: (plugdrop's own loop "
+                              f"stops on a signal)")
+        return
+    if "decide_on" not in cfg.locs:
+        raise ConfigError(f"{cfg.loc('program')}: with program:, say which metric the verdicts "
+                          f"compare, as the program logs it: decide_on: {{metric: NAME, goal: "
+                          f"max}} (or min), or a metric plugdrop knows such as decide_on: "
+                          f"val_acc")
+    if metric.auto_margin is None and cfg.margin == AUTO:
+        raise ConfigError(f"{cfg.loc('decide_on')}: decide_on: {metric.name} is not a metric "
+                          f"plugdrop knows, so it has no margin of its own: give margin: in "
+                          f"its units (the smallest difference that counts, e.g. margin: "
+                          f"0.005)")
 
 
 def check_classes(cfg: AblationConfig, data_name: str, classes: int) -> None:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import Fault
-from ..execute import execute, workers_for
+from ..execute import execute
 from ..progress import Progress
 from ..runs import RunDir
 from ..train import StopFlag, Stopped
@@ -72,7 +72,6 @@ class LocalLauncher:
 
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         self.ctx = ctx
-        self.workers = workers_for(ctx.cfg, ctx.data)
         if not self.installed:  # once for all rounds: a signal between rounds is kept
             self.stop.install()
             self.installed = True
@@ -87,10 +86,12 @@ class LocalLauncher:
         for rd in runs:
             self.stop.check(ctx.d)  # a signal between two runs: start no other
             try:
-                result = execute(ctx.cfg, rd, ctx.d, lambda: ctx.data, stop=self.stop,
-                                 progress=progress, launcher=self.name)
+                result = execute(ctx.cfg, rd, ctx.d, ctx.program, stop=self.stop,
+                                 progress=progress, launcher=self.name, out=ctx.out)
             except Stopped as e:
-                progress.run_end(f"stopped by {e}; checkpointed at that step")
+                progress.run_end(f"stopped by {e}; checkpointed at that step"
+                                 if ctx.cfg.program is None else
+                                 f"stopped: the program was passed {e} and exited")
                 raise
             except KeyboardInterrupt:
                 progress.run_end("interrupted")

@@ -16,7 +16,7 @@ from .options import LaunchOptions
 
 if TYPE_CHECKING:
     from ..config import AblationConfig
-    from ..data import DataSets
+    from ..programs import Program
     from ..progress import Progress
     from ..train import Dist
 
@@ -85,13 +85,14 @@ class Job(Protocol):
 @dataclass
 class LaunchContext:
     """What the driver hands a launcher: the checked config, the folder it prepared, this
-    process's place, the data (loaded for the dry step; the local launcher trains on it), the
-    progress bars, and the options."""
+    process's place, the program that trains the runs (prepared: plugdrop's trainer holds the
+    data loaded for the dry step, on which the local launcher trains), the progress bars, and
+    the options."""
 
     cfg: AblationConfig
     out: Path
     d: Dist
-    data: DataSets
+    program: Program
     progress: Progress
     options: LaunchOptions
 

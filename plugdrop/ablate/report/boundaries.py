@@ -24,22 +24,21 @@ of ``c_k``, solved to 1e-10. The first-crossing probabilities agree with a refer
 the resolution to 5e-5 (relative, per look) and with 8-16 million simulated paths within
 simulation error. A 10-look design takes 0.05-0.2 s; :func:`critical_values` caches it.
 
-Spending functions (:class:`Spending`): O'Brien-Fleming-type ``2 - 2 Phi(z_{1-level/2}/sqrt(tau))``,
-Pocock-type ``level ln(1 + (e - 1) tau)``, Hwang-Shih-DeCani ``level (1 - e^{-gamma tau}) /
-(1 - e^{-gamma})`` and ``first(share)+hsd(gamma)``: ``share`` of the level at the first look, the
-rest by Hwang-Shih-DeCani over the remaining information (:data:`DEFAULT_SPENDING`).
+Spending functions (:class:`Spending`, the ``spending`` setting's typed value, defined in
+:mod:`plugdrop.ablate.config.spending` and re-exported here): O'Brien-Fleming-type,
+Pocock-type, Hwang-Shih-DeCani(gamma) and ``first(share)+hsd(gamma)`` (:data:`DEFAULT_SPENDING`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
+
+from ..config.spending import DEFAULT_SPENDING, Spending
 
 __all__ = ["DEFAULT_SPENDING", "Spending", "critical_values", "crossing_probabilities",
            "repeated_p", "spent"]
@@ -48,84 +47,6 @@ _HALF, _DEG = math.pi / 2, 32                       # _DEG: the Chebyshev degree
 _GLX, _GLW = np.polynomial.legendre.leggauss(16)    # nodes per piece of an integral
 _J = np.arange(_DEG + 1)
 _CHEB, _BARY = np.cos(np.pi * _J / _DEG), np.where(_J % _DEG == 0, 0.5, 1.0) * (-1.0) ** _J
-_KINDS = ("obf", "pocock", "hsd", "first")
-
-
-@dataclass(frozen=True)
-class Spending:
-    """How a hypothesis' level is spent over the information fraction ``tau`` in ``[0, 1]``.
-
-    Args:
-        kind: ``"obf"`` (O'Brien-Fleming-type, Lan-DeMets), ``"pocock"`` (Pocock-type),
-            ``"hsd"`` (Hwang-Shih-DeCani with ``gamma``) or ``"first"`` (``share`` at the
-            first look, the rest by Hwang-Shih-DeCani with ``gamma``).
-        gamma: Hwang-Shih-DeCani's parameter (negative: late spending; 1 is about Pocock).
-        share: for ``"first"``, the share of the level spent by information fraction
-            ``first``.
-        first: for ``"first"``, the information fraction of that share; ``None`` (default):
-            the first look's.
-
-    Raises:
-        ValueError: for an unknown kind or a share outside ``(0, 1)``. Fields a kind does not
-        use are set to 0, so equal spending functions compare (and cache) equal.
-    """
-
-    kind: str = "first"
-    gamma: float = -3.25
-    share: float = 0.21
-    first: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"spending must be one of {', '.join(_KINDS)}, got {self.kind!r}")
-        if self.kind == "first" and not 0.0 < self.share < 1.0:
-            raise ValueError(f"the first look's share must lie in (0, 1), got {self.share!r}")
-        if self.kind != "first":
-            object.__setattr__(self, "share", 0.0)
-            object.__setattr__(self, "first", None)
-            object.__setattr__(self, "gamma", self.gamma if self.kind == "hsd" else 0.0)
-
-    @classmethod
-    def parse(cls, text: str) -> Spending:
-        """``"obf"``, ``"pocock"``, ``"hsd(-4)"`` or ``"first(0.2)+hsd(-4)"`` (what
-        ``str()`` gives back). Raises ``ValueError`` for anything else."""
-        s, num = text.strip().lower().replace(" ", ""), r"([-+]?\d*\.?\d+(?:e[-+]?\d+)?)"
-        m = re.fullmatch(rf"(?:first\({num}\)\+)?hsd\({num}\)", s)
-        if s in ("obf", "pocock") or m:
-            return cls(s) if not m else cls("first" if m.group(1) else "hsd",
-                                            float(m.group(2)), float(m.group(1) or 0.2))
-        raise ValueError(f"unknown spending {text!r}: use obf, pocock, hsd(G) or "
-                         "first(SHARE)+hsd(G)")
-
-    def __str__(self) -> str:
-        hsd = f"hsd({self.gamma:g})"
-        return {"hsd": hsd, "first": f"first({self.share:g})+{hsd}"}.get(self.kind, self.kind)
-
-    def cumulative(self, level: float, tau: float, first: float | None = None) -> float:
-        """The level spent by information fraction ``tau`` (``first``: the first look's
-        fraction, used when :attr:`first` is ``None``)."""
-        if tau <= 0.0 or tau >= 1.0:
-            return 0.0 if tau <= 0.0 else level
-        if self.kind == "obf":
-            z = special.ndtri(1.0 - level / 2.0)
-            return float(min(level, 2.0 * special.ndtr(-z / math.sqrt(tau))))
-        if self.kind == "pocock":
-            return level * math.log1p((math.e - 1.0) * tau)
-        if self.kind == "hsd":
-            return level * _hsd(self.gamma, tau)
-        t1 = self.first if self.first is not None else (first if first is not None else tau)
-        if tau <= t1:
-            return level * self.share * tau / t1
-        rest = _hsd(self.gamma, (tau - t1) / (1.0 - t1)) if t1 < 1.0 else 1.0
-        return level * (self.share + (1.0 - self.share) * rest)
-
-
-def _hsd(gamma: float, tau: float) -> float:
-    return tau if abs(gamma) < 1e-12 else math.expm1(-gamma * tau) / math.expm1(-gamma)
-
-
-#: The default: 21% of the level at the first look, the rest late (chosen by simulation).
-DEFAULT_SPENDING = Spending("first", gamma=-3.25, share=0.21)
 
 
 def spent(looks: Sequence[int], level: float, spending: Spending,

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .notes import notes, procedure
+from . import logged
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation
 from .summary import VariantSummary, run_counts, saved_runs
 
@@ -60,8 +62,9 @@ def _verdict_class(verdict: str) -> str:
 def _verdict_table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     metric, scale = ab.config.decide_on.name, ab.config.decide_on.scale
     unit = " (pp)" if ab.config.decide_on.percent else ""
-    extra = metric != "val_acc"
-    head = ["variant", "seeds / runs done", "final val acc %"] + (
+    program = ab.config.program is not None  # no accuracy of ours: its metric only
+    extra = metric != "val_acc" or program
+    head = ["variant", "seeds / runs done"] + ([] if program else ["final val acc %"]) + (
         [f"final {metric}"] if extra else []) + [f"vs {ab.baseline}{unit}", "p adj.",
                                                  "verdict", "reason"]
     rows = []
@@ -73,7 +76,7 @@ def _verdict_table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
             diff = s.format_versus()
             p = s.format_p()
         reason = s.decision.reason if s.decision is not None else ""
-        cells = [s.variant, seeds, s.final.format()] + (
+        cells = [s.variant, seeds] + ([] if program else [s.final.format()]) + (
             [s.decided.format(scale, s.digits) if s.decided is not None else "-"] if extra
             else []) + [
             diff, p, s.verdict, reason]
@@ -130,6 +133,14 @@ def _decisions(out: Path) -> str:
             "<th>reason</th></tr>" + rows + "</table>")
 
 
+def _trained(ab: Ablation) -> str:
+    """What trained: ``resnet18 on digits``, or the program."""
+    cfg = ab.config
+    if cfg.program is not None:
+        return f"program {cfg.program} (in {cfg.cwd})"
+    return f"{cfg.model} on {ab.data.get('name', '?')}"
+
+
 def render(ab: Ablation, summary: Sequence[VariantSummary], text_table: str) -> bytes:
     """The page, as UTF-8 bytes, from the folder's state (its plot files as they are now)."""
     cfg = ab.config
@@ -142,12 +153,15 @@ def render(ab: Ablation, summary: Sequence[VariantSummary], text_table: str) -> 
              f"<title>plugdrop ablation: {_e(ab.out.name)}</title><style>{_STYLE}</style>"
              f"</head><body>",
              f"<h1>Ablation <code>{_e(ab.out)}</code></h1>",
-             f"<p class=\"meta\">{_e(cfg.model)} on {_e(ab.data.get('name', '?'))}; "
+             f"<p class=\"meta\">{_e(_trained(ab))}; "
              f"{len(ab.variants)} variants; {_e(design)}; decided on "
              f"{_e(rule.metric.name)}; {c[FINISHED]} runs finished, "
              f"{c[FAILED]} failed, {c[INCOMPLETE]} incomplete; built "
              f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}.</p>",
              "<h2 id=\"verdicts\">Verdicts</h2>", _verdict_table(ab, summary)]
+    ran = procedure(summary)
+    parts += [f"<p class=\"note\">{_e(line)}</p>" for line in
+              ([f"Procedure: {ran}."] if ran else []) + notes(summary)]
     saved = saved_runs(summary)
     if saved is not None:
         parts.append(f"<p>The adaptive design used {saved[0]} runs; a fixed design with the "
@@ -159,7 +173,13 @@ def render(ab: Ablation, summary: Sequence[VariantSummary], text_table: str) -> 
             parts += [f"<h2>{_e(heading)}</h2>", _img(path.read_bytes(), heading)]
         if name == "seeds.png":
             parts += ["<h2>Robust summaries</h2>", _robust_table(ab, summary)]
-    parts += ["<h2>Grad-CAM</h2>", _cams(ab)]
+            if cfg.program is not None:  # what the program logged, and what it cannot show
+                curves = ab.out / "curves.png"
+                parts += logged.html_sections(
+                    ab, curves.read_bytes() if curves.is_file() else None,
+                    summary[0].final.confidence if summary else 0.95)
+    if cfg.program is None:
+        parts += ["<h2>Grad-CAM</h2>", _cams(ab)]
     decisions = _decisions(ab.out)
     if decisions:
         parts += ["<h2>Decisions</h2>", decisions]

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
-from ..runs import FAILED, FINISHED, INCOMPLETE
+from ..runs import FAILED, FINISHED, INCOMPLETE, read_records
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
            "load_ablation", "number"]
@@ -40,7 +40,9 @@ class Run:
         variant, seed: what it trains.
         path: its folder.
         status: ``"finished"``, ``"failed"`` or ``"incomplete"``.
-        metrics: one record per epoch (``metrics.jsonl``), sorted by epoch, one per epoch.
+        metrics: one record per epoch (``metrics.jsonl``), sorted by epoch, one per epoch; of a
+            ``program:``'s run, the records it logged (``epoch`` or ``step`` and any metrics,
+            merged by position: :func:`~plugdrop.ablate.runs.read_records`).
         info: ``run.json`` when readable.
         done: ``done.json`` of a finished run.
         error, error_type, failed_epoch: from ``failed.json`` of a failed run.
@@ -63,8 +65,13 @@ class Run:
     started: bool = False
 
     def final(self, key: str) -> float | None:
-        """``key`` of the last epoch, ``None`` when absent."""
-        return number(self.metrics[-1].get(key)) if self.metrics else None
+        """``key`` of the last epoch (the last record that holds it), ``None`` when
+        absent."""
+        for m in reversed(self.metrics):
+            value = number(m.get(key))
+            if value is not None:
+                return value
+        return None
 
     def best(self, key: str) -> float | None:
         """The largest ``key`` over the epochs, ``None`` when absent."""
@@ -179,7 +186,7 @@ def load_ablation(out: Path | str) -> Ablation:
                 and not isinstance(e.get("seed"), bool)):
             raise _not_ablation(path, f"runs[{i}] is not {{\"id\", \"variant\", \"seed\"}}")
         run = Run(id=e["id"], variant=e["variant"], seed=e["seed"], path=out / "runs" / e["id"])
-        _load_run(run, config_hash, ab.warnings)
+        _load_run(run, config_hash, ab.warnings, cfg.program is not None)
         ab.runs.append(run)
         if run.variant not in ab.variants:
             ab.variants.append(run.variant)
@@ -222,8 +229,9 @@ def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def _load_run(run: Run, config_hash: str | None, warnings: list[str]) -> None:
-    """Fill ``run`` from its folder; see :func:`load_ablation`."""
+def _load_run(run: Run, config_hash: str | None, warnings: list[str], program: bool) -> None:
+    """Fill ``run`` from its folder (``program``: a ``program:``'s run, its metrics as it
+    logged them); see :func:`load_ablation`."""
     run.started = run.path.is_dir() and any(run.path.iterdir())
     if not run.started:
         return  # its folder is absent or was just created
@@ -239,7 +247,8 @@ def _load_run(run: Run, config_hash: str | None, warnings: list[str]) -> None:
         elif info.get("variant", run.variant) != run.variant or info.get("seed",
                                                                          run.seed) != run.seed:
             problems.append("run.json names another variant or seed than ablation.json")
-    run.metrics = _read_metrics(run.path / "metrics.jsonl", warnings)
+    run.metrics = (read_records(run.path / "metrics.jsonl", warnings) if program
+                   else _read_metrics(run.path / "metrics.jsonl", warnings))
     gradcam = run.path / "gradcam.png"
     run.gradcam = gradcam if gradcam.is_file() else None
     done_path, failed_path = run.path / "done.json", run.path / "failed.json"
@@ -251,7 +260,8 @@ def _load_run(run: Run, config_hash: str | None, warnings: list[str]) -> None:
             run.done = done
             epochs = done.get("epochs")
             if not run.metrics:
-                problems.append("finished, but metrics.jsonl has no epoch")
+                problems.append("finished, but metrics.jsonl has no "
+                                + ("record" if program else "epoch"))
             elif isinstance(epochs, int) and epochs != run.metrics[-1]["epoch"]:
                 problems.append(f"done.json says {epochs} epochs, metrics.jsonl ends at epoch "
                                 f"{run.metrics[-1]['epoch']}")

@@ -1,140 +1,50 @@
 """The adaptive seed design: seeds run in rounds, and a variant stops receiving seeds once its
 difference to the baseline is decided.
 
-After each round (a *look*), each open variant's per-seed difference to the baseline (the same
-seeds, oriented so that positive means better) gets a t-interval at level ``1 - a_k``, where the
-family's ``alpha`` is split evenly across the ``m`` variants (Bonferroni) and, within a variant,
-spent across the planned looks by a Pocock-type spending function (Lan and DeMets, 1983):
-``a_k = alpha / m * (g(t_k) - g(t_{k-1}))`` with ``g(t) = ln(1 + (e - 1) t)`` and ``t_k`` the
-share of the maximum seeds used. The running intersection of a variant's intervals is a
-confidence sequence: by the union bound it covers the true difference at every look at once
-with probability at least ``1 - alpha / m``, however the looks depend on each other, so looking
-after every round does not raise the error rate, and over all variants the family-wise error
-is at most ``alpha``.
+After each round (a *look*) the open variants are decided by the exact group-sequential design
+(:func:`~.verdicts.decide`): each variant's per-seed differences to the baseline (the same
+seeds, oriented so that positive means better, in display units) give a paired t-statistic,
+compared with the boundary of the variant's share of ``alpha`` at that look. The boundaries are
+exact under normal differences (:mod:`.boundaries`): the chance of crossing at a look is the
+alpha the config's ``spending`` function gives it (by information fraction, so a look at an
+unplanned number of seeds, after a failed run, keeps the error rate). A variant called better
+or worse passes its share on to the open ones (``passing: holm``, the graphical approach of
+Maurer and Bretz, :mod:`.passing`): the family-wise error of better/worse verdicts over all
+variants and looks stays at ``alpha``.
 
 A variant is **better** when its interval lies above 0, **worse** below 0 (for a metric where
-lower is better, such as ``val_nll``, the interval shown is of the metric minus the baseline's,
-so better lies below 0 there), **equivalent** when
-it lies within ``(-margin, margin)`` (two one-sided tests); among the variants of one grid
-(``dropblock[p=0.05]``, ``dropblock[p=0.1]``: the values of one regularizer race), one whose
-interval lies entirely below the best one's is **dropped**; at the maximum number of seeds an
-open variant is **inconclusive**. The baseline runs as long as any
-variant is open. Everything here is a pure function of the finished runs' values, so a resumed
-ablation replays the same decisions with the same seeds.
+lower is better, such as ``val_nll``, the interval shown is of the metric minus the
+baseline's, so better lies below 0 there), **equivalent** when the interval of its two
+one-sided tests (at its initial share of alpha) lies within ``(-margin, margin)``; among the
+variants of one grid (``dropblock[p=0.05]``, ``dropblock[p=0.1]``: the values of one
+regularizer race), one whose interval lies entirely below the best one's is **dropped**; at the
+maximum number of seeds an open variant is **inconclusive**, with a forecast of the seeds an
+effect of the size observed would need. The baseline runs as long as any variant is open.
+Everything here is a pure function of the finished runs' values, so a resumed ablation replays
+the same decisions with the same seeds.
+
+A folder started by an older plugdrop keeps the design it started with (``Design(...,
+legacy=True)``, :mod:`.legacy`: Bonferroni, Pocock-type spending, union-bound intervals).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import special
 
 from ..config import AblationConfig, DecisionRule, SeedPlan
+from . import legacy
+from .decision import (BETTER, DROPPED, EQUIVALENT, INCONCLUSIVE, OPEN, WORSE, Decision,
+                       Replay, annotated, grid_of)
+from .legacy import spending, weights
+from .skew import pooled_skewness, skew_warning
+from .verdicts import Outcome, SeqDesign, Verdict, decide
 
 __all__ = ["BETTER", "DROPPED", "EQUIVALENT", "INCONCLUSIVE", "OPEN", "WORSE", "Decision",
            "Design", "Replay", "design_of", "spending", "weights"]
-
-OPEN, BETTER, WORSE = "open", "better", "worse"
-EQUIVALENT, INCONCLUSIVE, DROPPED = "equivalent", "inconclusive", "dropped"
-
-
-@functools.lru_cache(maxsize=4096)
-def _t_quantile(q: float, df: int) -> float:
-    """The ``q`` quantile of Student's t with ``df`` degrees of freedom (scipy.special)."""
-    return float(special.stdtrit(df, q))
-
-
-def spending(t: float) -> float:
-    """The share of a variant's alpha spent by information fraction ``t`` (Pocock-type:
-    ``ln(1 + (e - 1) t)``, 0 at 0 and 1 at 1; spends early enough to stop early)."""
-    return math.log1p((math.e - 1.0) * min(max(t, 0.0), 1.0))
-
-
-def weights(plan: SeedPlan) -> list[float]:
-    """The share of a variant's alpha spent at each look of ``plan`` (they sum to 1)."""
-    ts = [n / plan.max for n in plan.looks()]
-    return [spending(t) - spending(prev) for prev, t in zip([0.0] + ts[:-1], ts)]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Where a variant stands after a look.
-
-    Attributes:
-        variant: its name.
-        verdict: :data:`OPEN`, :data:`BETTER`, :data:`WORSE`, :data:`EQUIVALENT`,
-            :data:`INCONCLUSIVE` or :data:`DROPPED`.
-        n: the seeds compared (finished for it and for the baseline).
-        mean: mean per-seed difference to the baseline, oriented so that positive is better
-            (for a loss: the baseline's minus this variant's), display units.
-        low, high: the confidence sequence (the intersection of its intervals so far), oriented
-            as ``mean``; :meth:`shown` gives all three as the metric minus the baseline's.
-        p: the adjusted p-value: the smallest family-wise level at which a look so far would
-            have called it better or worse (``min(1, min_k p_k * m / w_k)``).
-        round: the round (1-based) of the look that decided it; 0 while open.
-        reason: one sentence saying why.
-        behind: for a dropped variant, the variant it lies behind.
-        higher_is_better: the decision metric's direction (how :meth:`shown` turns the
-            oriented numbers back).
-    """
-
-    variant: str
-    verdict: str = OPEN
-    n: int = 0
-    mean: float | None = None
-    low: float | None = None
-    high: float | None = None
-    p: float | None = None
-    round: int = 0
-    reason: str = "not looked at yet"
-    behind: str | None = None
-    higher_is_better: bool = True
-
-    def shown(self) -> tuple[float | None, float | None, float | None]:
-        """``(mean, low, high)`` of the decision metric minus the baseline's, as the table,
-        ``decisions.jsonl`` and ``results.json`` show them (a worse loss: above 0)."""
-        if self.higher_is_better:
-            return self.mean, self.low, self.high
-        neg = lambda x: None if x is None else -x  # noqa: E731
-        return neg(self.mean), neg(self.high), neg(self.low)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-able fields; ``mean``, ``low``, ``high`` as :meth:`shown`."""
-        mean, low, high = self.shown()
-        return {"variant": self.variant, "verdict": self.verdict, "n": self.n,
-                "mean": mean, "low": low, "high": high, "p_adjusted": self.p,
-                "round": self.round, "reason": self.reason, "behind": self.behind}
-
-
-@dataclass
-class Replay:
-    """What a design's replay over the finished runs says.
-
-    Attributes:
-        decisions: variant -> its latest :class:`Decision`.
-        events: one dict per decision taken, in order (``OUT/decisions.jsonl``).
-        needed: the runs ``(variant, seed)`` the next round needs that have not ended.
-        rounds: the rounds started, with the seeds each uses.
-        complete: every variant decided (or at its maximum): nothing more to train.
-    """
-
-    decisions: dict[str, Decision]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    needed: list[tuple[str, int]] = field(default_factory=list)
-    rounds: list[int] = field(default_factory=list)
-    complete: bool = False
-
-    def seeds_used(self, variant: str) -> int:
-        """How many seeds the design gave ``variant`` (or the baseline) so far."""
-        d = self.decisions.get(variant)
-        if d is not None and d.verdict != OPEN and d.round:
-            return self.rounds[d.round - 1]
-        return self.rounds[-1] if self.rounds else 0
 
 
 @dataclass(frozen=True)
@@ -146,8 +56,10 @@ class Design:
         baseline: the reference variant.
         variants: the others, in config order.
         rule: the decision metric (its direction and display units), the family-wise error
-            rate over every variant and look, and the equivalence margin (display units:
-            percentage points for accuracies).
+            rate over every variant and look, the equivalence margin (display units:
+            percentage points for accuracies), the spending function and alpha passing.
+        legacy: decide as plugdrop did before the exact design (:mod:`.legacy`), for a folder
+            an older version started.
 
     The variants of one grid are those whose names share the part before ``[``.
     """
@@ -156,6 +68,7 @@ class Design:
     baseline: str
     variants: tuple[str, ...]
     rule: DecisionRule
+    legacy: bool = False
 
     @property
     def alpha(self) -> float:
@@ -173,109 +86,135 @@ class Design:
     def scale(self) -> float:
         return self.rule.metric.scale
 
-    def level(self, look: int) -> float:
-        """The two-sided error level of one variant's interval at look ``look`` (0-based)."""
-        return self.alpha / max(len(self.variants), 1) * weights(self.plan)[look]
+    @property
+    def seq(self) -> SeqDesign:
+        """The exact group-sequential design of :mod:`.verdicts` (looks, alpha, spending,
+        margin in display units, alpha passing)."""
+        return SeqDesign(tuple(self.plan.looks()), self.alpha, self.rule.spending, self.margin,
+                         self.rule.passing == "holm")
+
+    @property
+    def procedure(self) -> str:
+        """The procedure that decides, in words (the table's and the files' ``procedure``)."""
+        if self.legacy:
+            return legacy.PROCEDURE
+        graph = self.seq.graph_for(max(len(self.variants), 1)).name
+        passed = "passed on by" if self.rule.passing == "holm" else "split by"
+        return (f"exact group-sequential t-tests, alpha {self.alpha:g} spent over the rounds "
+                f"by {self.rule.spending}, {passed} {graph}")
 
     def replay(self, values: Mapping[str, Mapping[int, float | None]]) -> Replay:
         """Replay the design over ``values``: variant -> seed -> the decision metric of a
         finished run (``None`` for a failed run; a run not ended is absent)."""
-        state = {v: Decision(v, higher_is_better=self.higher_is_better) for v in self.variants}
-        out = Replay(state)
-        seeds = self.plan.seeds()
-        lows = {v: -math.inf for v in self.variants}
-        highs = {v: math.inf for v in self.variants}
-        for k, n_k in enumerate(self.plan.looks()):
-            open_ = [v for v in self.variants if state[v].verdict == OPEN]
+        diffs = self.differences(values)
+        if self.legacy:
+            rep = legacy.replay(self.plan, self.baseline, self.variants, self.rule, values)
+            for j, v in enumerate(self.variants):  # what the design never asked for is no pair
+                diffs[j, rep.seeds_used(v):] = np.nan
+            level = self.alpha / max(len(self.variants), 1)
+            return self._annotated(rep, diffs, [level] * len(self.variants))
+        looks, seeds = self.plan.looks(), self.plan.seeds()
+        base = values.get(self.baseline, {})
+        # the looks the baseline completed; decided there, each variant with the values it has
+        full = next((k for k, n in enumerate(looks) if any(s not in base for s in seeds[:n])),
+                    len(looks))
+        first = self._decide(diffs, looks[:full], p_values=False)
+        at = [v.look for v in first.variants] if first else [0] * len(self.variants)
+        rounds: list[int] = []
+        needed: list[tuple[str, int]] = []
+        for k, n_k in enumerate(looks):
+            open_ = [v for v, a in zip(self.variants, at) if a == 0 or a > k]
             if not open_:
                 break
-            out.rounds.append(n_k)
-            use = seeds[:n_k]
-            out.needed = [(v, s) for v in [self.baseline, *open_] for s in use
-                          if s not in values.get(v, {})]
-            if out.needed:
-                return out
-            last = n_k == self.plan.max
-            for v in open_:
-                state[v] = self._look(k, v, use, values, lows, highs, state[v], last)
-            self._race(k, state, open_)
-            for v in open_:
-                if state[v].verdict != OPEN:
-                    out.events.append({"round": k + 1, "seeds": n_k, **state[v].as_dict()})
-        out.needed = []
-        out.complete = True
+            rounds.append(n_k)
+            needed = [(v, s) for v in [self.baseline, *open_] for s in seeds[:n_k]
+                      if s not in values.get(v, {})]
+            if needed:
+                break
+        taken = rounds[:-1] if needed else rounds
+        for j, a in enumerate(at):  # a decided variant's later runs are none of the design's
+            if 0 < a <= len(taken):
+                diffs[j, looks[a - 1]:] = np.nan
+        diffs[:, taken[-1] if taken else 0:] = np.nan
+        out = self._decide(diffs, taken, p_values=True)
+        state = {v: Decision(v, higher_is_better=self.higher_is_better) for v in self.variants}
+        levels = [math.nan] * len(self.variants)
+        if out is not None:
+            for j, (v, vd) in enumerate(zip(self.variants, out.variants)):
+                state[v] = self._decision(v, vd, diffs[j])
+                levels[j] = vd.level
+        rep = Replay(state, needed=needed, rounds=rounds, complete=not needed,
+                     procedure=self.procedure)
+        order = sorted((d.round, j) for j, d in enumerate(state.values()) if d.verdict != OPEN)
+        rep.events = [{"round": r, "seeds": looks[r - 1], "variant": self.variants[j]}
+                      for r, j in order]
+        return self._annotated(rep, diffs, levels)
+
+    def differences(self, values: Mapping[str, Mapping[int, float | None]]) -> np.ndarray:
+        """``(variants, max seeds)``: each variant's difference to the baseline per seed of the
+        plan, oriented so that positive is better, in display units; ``nan`` where either run
+        is missing or failed (or their difference is not a finite number: a diverged run)."""
+        seeds = self.plan.seeds()
+        base = values.get(self.baseline, {})
+        sign = 1.0 if self.higher_is_better else -1.0
+        out = np.full((len(self.variants), len(seeds)), np.nan)
+        for j, v in enumerate(self.variants):
+            mine = values.get(v, {})
+            for i, s in enumerate(seeds):
+                a, b = mine.get(s), base.get(s)
+                if a is not None and b is not None and math.isfinite(d := a - b):
+                    out[j, i] = sign * self.scale * d
         return out
 
-    def _look(self, k: int, v: str, use: Sequence[int],
-              values: Mapping[str, Mapping[int, float | None]], lows: dict[str, float],
-              highs: dict[str, float], prev: Decision, last: bool) -> Decision:
-        base, mine = values.get(self.baseline, {}), values.get(v, {})
-        sign = 1.0 if self.higher_is_better else -1.0
-        d = np.array([sign * self.scale * (mine[s] - base[s]) for s in use  # type: ignore[operator]
-                      if mine.get(s) is not None and base.get(s) is not None], dtype=np.float64)
-        n = len(d)
-        if n < 2:
-            verdict = INCONCLUSIVE if last else OPEN
-            return replace(prev, verdict=verdict, n=n, round=k + 1 if last else 0,
-                           reason=f"{n} seed(s) finished in both: nothing to compare")
-        mean = float(d.mean())
-        a_k = self.level(k)
-        sd = float(d.std(ddof=1))
-        if sd <= 1e-12 * max(1.0, abs(mean)):
-            low_k = high_k = mean
-            p_k = 1.0 if abs(mean) <= 1e-12 else 0.0
-        else:
-            h = _t_quantile(1.0 - a_k / 2.0, n - 1) * sd / math.sqrt(n)
-            low_k, high_k = mean - h, mean + h
-            p_k = float(2.0 * special.stdtr(n - 1, -abs(mean) / (sd / math.sqrt(n))))
-        low, high = max(lows[v], low_k), min(highs[v], high_k)
-        if low > high:  # the intervals disagree (a coverage miss): keep the latest
-            low, high = low_k, high_k
-        lows[v], highs[v] = low, high
-        m, w = max(len(self.variants), 1), weights(self.plan)[k]
-        p_adj = min(1.0, p_k * m / w, prev.p if prev.p is not None else 1.0)
-        level = f"{100 * (1 - self.alpha):g}% family-wise"
-        # The reasons speak of the interval as shown: the metric minus the baseline's.
+    def _decide(self, diffs: np.ndarray, looks: Sequence[int], p_values: bool
+                ) -> Outcome | None:
+        if not looks:
+            return None
+        names = sorted({g for v in self.variants if (g := grid_of(v)) is not None})
+        groups = [names.index(g) if (g := grid_of(v)) is not None else -1
+                  for v in self.variants]
+        return decide(self.seq, diffs, groups if names else None, looks=looks,
+                      p_values=p_values)
+
+    def _decision(self, v: str, vd: Verdict, diffs: np.ndarray) -> Decision:
+        """A :class:`~.verdicts.Verdict` as the runner's :class:`Decision`: its round, the
+        interval that agrees with its verdict, the adjusted p-value, the reason."""
+        num = lambda x: float(x) if math.isfinite(x) else None  # noqa: E731
+        n = int(np.count_nonzero(~np.isnan(diffs[:vd.seeds])))
+        low, high = (vd.eq_low, vd.eq_high) if vd.verdict == EQUIVALENT else (vd.low, vd.high)
         up, down = ("above", "below") if self.higher_is_better else ("below", "above")
-        verdict, reason = OPEN, ""
-        if low > 0:
-            verdict, reason = BETTER, f"its interval lies {up} 0 ({level})"
-        elif high < 0:
-            verdict, reason = WORSE, f"its interval lies {down} 0 ({level})"
-        elif -self.margin < low and high < self.margin:
-            verdict, reason = EQUIVALENT, (f"its interval lies within +-{self.margin:g} "
-                                           f"({level})")
-        elif last:
-            verdict, reason = INCONCLUSIVE, f"its interval still holds 0 at {n} seeds, the maximum"
-        return Decision(v, verdict, n, mean, low, high, p_adj,
-                        k + 1 if verdict != OPEN else 0, reason or "still open",
-                        higher_is_better=self.higher_is_better)
+        level = f"at its level {vd.level:.3g}, {100 * (1 - self.alpha):g}% family-wise"
+        behind = self.variants[vd.behind] if vd.behind is not None else None
+        reason = {
+            BETTER: f"its interval lies {up} 0 ({level})",
+            WORSE: f"its interval lies {down} 0 ({level})",
+            EQUIVALENT: f"its interval lies within +-{self.margin:g} (two one-sided tests)",
+            INCONCLUSIVE: (f"its interval still holds 0 at {n} seeds, the maximum" if n >= 2
+                           else f"{n} seed(s) finished in both: nothing to compare"),
+            DROPPED: f"dropped: behind {behind} (its interval lies below {behind}'s)",
+        }.get(vd.verdict, "still open")
+        return Decision(v, vd.verdict, n, num(vd.mean), num(low), num(high), vd.p_adjusted,
+                        vd.look if vd.verdict != OPEN else 0, reason, behind,
+                        self.higher_is_better)
 
-    def _race(self, k: int, state: dict[str, Decision], open_: list[str]) -> None:
-        """Drop the open variants of a grid whose interval lies entirely below the best
-        one's of that grid."""
-        for v in open_:
-            d = state[v]
-            rivals = [r for r in state.values() if r.variant != v and r.low is not None
-                      and r.low > -math.inf and _grid(r.variant) == _grid(v) and "[" in v]
-            if not rivals or d.verdict != OPEN or d.high is None:
-                continue
-            best = max(rivals, key=lambda r: r.low)  # type: ignore[arg-type, return-value]
-            if best.low is not None and d.high < best.low:
-                state[v] = replace(d, verdict=DROPPED, round=k + 1, behind=best.variant,
-                                   reason=f"dropped: behind {best.variant} (its interval lies "
-                                          f"below {best.variant}'s)")
+    def _annotated(self, rep: Replay, diffs: np.ndarray, levels: Sequence[float]) -> Replay:
+        """``rep`` with each decision's skewness, forecast and procedure, and its events as
+        the decisions are."""
+        sk, count = pooled_skewness(diffs)
+        pooled = (sk, skew_warning(sk, count, 0.5))
+        for j, v in enumerate(self.variants):
+            rep.decisions[v] = annotated(rep.decisions[v], diffs[j], levels[j],
+                                         rep.procedure, pooled)
+        rep.events = [{"round": e["round"], "seeds": e["seeds"],
+                       **rep.decisions[e["variant"]].as_dict()} for e in rep.events]
+        return rep
 
-
-def _grid(variant: str) -> str:
-    """The grid a variant comes from: its name before ``[``."""
-    return variant.split("[", 1)[0]
-
-
-def design_of(cfg: AblationConfig) -> Design | None:
+def design_of(cfg: AblationConfig, legacy: bool = False) -> Design | None:
     """The adaptive design of a config, or ``None`` for a fixed one (a list of seeds) or
-    without a baseline."""
+    without a baseline; ``legacy``: the design of a folder an older plugdrop started
+    (:func:`~plugdrop.ablate.config.legacy_design`)."""
     if cfg.plan is None or cfg.baseline is None:
         return None
     return Design(cfg.plan, cfg.baseline,
-                  tuple(v for v in cfg.variant_names if v != cfg.baseline), cfg.decision)
+                  tuple(v for v in cfg.variant_names if v != cfg.baseline), cfg.decision,
+                  legacy)

@@ -279,11 +279,20 @@ def seeds_needed(effect: float, level: float, power: float = 0.8, limit: int = 1
         wrong_way = float(np.nan_to_num(stats.nct.cdf(-c, n - 1, nc)))  # nan: underflow
         return float(stats.nct.sf(c, n - 1, nc)) + wrong_way >= power
 
-    lo, hi = 1, 2  # not reached(lo) (one seed tests nothing), reached(hi) once found
-    while not reached(hi):
-        if hi >= limit:
-            return None
-        lo, hi = hi, min(2 * hi, limit)
+    # bracket the count around the normal approximation (a few evaluations), then bisect:
+    # not reached(lo) (one seed tests nothing), reached(hi)
+    z = float(special.ndtri(1.0 - level / 2.0) + special.ndtri(power))
+    guess = int(min(max(2.0, math.ceil((z / d) ** 2) + 1.0), limit))
+    lo, hi, step = 1, guess, 1
+    if reached(hi):
+        while hi - step > 1 and reached(hi - step):
+            hi, step = hi - step, 2 * step
+        lo = max(1, hi - step)
+    else:
+        while not reached(hi):
+            if hi >= limit:
+                return None
+            lo, hi, step = hi, min(hi + step, limit), 2 * step
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if reached(mid) else (mid, hi)

@@ -4,7 +4,8 @@ The verdicts compare each variant with the baseline on the config's decision met
 (``decide_on``, the last epoch's value). A fixed design (a list of seeds) tests the paired
 differences with Holm's step-down adjustment over the variants, so the family-wise error stays
 at ``alpha``; an adaptive design (``seeds: {min, max}``) takes the decisions of its replay
-(:mod:`.sequential`: confidence sequences, valid however often they were looked at).
+(:mod:`.sequential`: exact group-sequential boundaries, valid however often they were looked
+at; a folder an older plugdrop started keeps its design).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import DecisionRule
+from ..config import DecisionRule, legacy_design
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation, Run, number
 from .robust import Robust, robust
 from .sequential import OPEN, Decision, Replay, design_of
@@ -50,7 +51,8 @@ class VariantSummary:
         p_adjusted: Holm's adjusted p-value (fixed design) or the sequential one (adaptive).
         iqm, p_improve: robust summaries of the decision metric (:mod:`.robust`).
         seeds_used, seeds_max: an adaptive design's seeds for this variant and its maximum.
-        epoch_time: median seconds per epoch, each run's first epoch left out (warm-up).
+        epoch_time: median seconds per epoch, each run's first epoch left out (warm-up); of
+            a ``program:``'s runs, the median seconds of a finished run.
         time_ratio: ``epoch_time`` over the baseline's.
         time_with_first: whether the runs had only a first epoch, so ``epoch_time`` includes it.
         failures: ``(run id, one-line error)`` of each failed run.
@@ -119,8 +121,8 @@ class VariantSummary:
 
     def versus(self) -> tuple[float, float | None, float | None] | None:
         """``(mean, low, high)`` of the decision metric minus the baseline's, in display units
-        (percentage points for accuracies): the adaptive design's confidence sequence, or the
-        fixed design's t-interval; ``None`` with nothing to compare."""
+        (percentage points for accuracies): the adaptive design's interval (the one that agrees
+        with its verdict), or the fixed design's t-interval; ``None`` with nothing to compare."""
         scale = self.rule.metric.scale
         d = self.decision
         if d is not None and d.mean is not None:
@@ -177,6 +179,14 @@ def _by_seed(runs: Iterable[Run], pick: str, key: str) -> dict[int, float]:
     return out
 
 
+def _program_time(runs: Sequence[Run]) -> tuple[float | None, bool]:
+    """A program's runs: the median wall time of a finished run's last attempt
+    (``epoch_time`` holds it)."""
+    times = [t for r in runs if r.status == FINISHED and r.done is not None
+             if (t := number(r.done.get("wall_time"))) is not None and math.isfinite(t)]
+    return (statistics.median(times) if times else None), False
+
+
 def _epoch_time(runs: Sequence[Run]) -> tuple[float | None, bool]:
     """Median epoch time without each run's first epoch, and whether it had to include it."""
     def times(start: int) -> list[float]:
@@ -227,7 +237,7 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
     """
     rule = ab.config.decision
     metric, higher = rule.metric.name, rule.higher_is_better
-    design = design_of(ab.config)
+    design = design_of(ab.config, legacy_design(ab.out))
     replay: Replay | None = (design.replay(decision_values(ab, metric))
                              if design is not None else None)
     by_variant = {v: [r for r in ab.runs if r.variant == v] for v in ab.variants}
@@ -238,7 +248,8 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
     base_metric = _by_seed(base_fin, "final", metric)
     base_acc = _by_seed(base_fin, "final", "val_acc")
     base_final_ema = _by_seed(base_fin, "final", "val_acc_ema")
-    base_time, _ = _epoch_time([r for r in base_runs if r.status != FAILED])
+    timed = _program_time if ab.config.program is not None else _epoch_time
+    base_time, _ = timed([r for r in base_runs if r.status != FAILED])
     out = []
     for v, runs in by_variant.items():
         fin = [r for r in runs if r.status == FINISHED]
@@ -248,7 +259,7 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
         has_ema = any("val_acc_ema" in m for r in runs for m in r.metrics)
         is_base = ab.baseline is not None and v == ab.baseline
         compare = ab.baseline in by_variant and not is_base
-        t, with_first = _epoch_time([r for r in runs if r.status != FAILED])
+        t, with_first = timed([r for r in runs if r.status != FAILED])
         iqm, p_improve = robust(list(values.values()),
                                 list(base_metric.values()) if compare else None, higher)
         decision = replay.decisions.get(v) if replay is not None and not is_base else None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import logged
 from .read import FAILED, FINISHED, INCOMPLETE, Ablation
+from .notes import legend, notes
 from .summary import VariantSummary, failure, open_verdict, run_counts, saved_runs
 
 __all__ = ["table"]
@@ -62,21 +64,24 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     unit = "pp" if rule.metric.percent else ""
     adaptive = bool(summary) and summary[0].seeds_max is not None
     shown = metric.replace("_", " ") + (" %" if scale == 100.0 else "")
-    header = ["variant", "seeds done" if adaptive else "runs done", "final val acc %",
-              "best val acc %"]
-    if has_ema:
+    program = ab.config.program is not None  # its own metrics: no accuracy columns of ours
+    per = "run" if program else "epoch"
+    header = ["variant", "seeds done" if adaptive else "runs done"] + (
+        [] if program else ["final val acc %", "best val acc %"])
+    if has_ema and not program:
         header.append("final EMA acc %")
-    if metric != "val_acc":
+    if metric != "val_acc" or program:
         header.append(f"final {shown}")
     if has_base:
         header += [f"vs {ab.baseline}" + (f" ({unit})" if unit else ""), "p adj.", "verdict"]
-    header.append("time/epoch" + (" vs baseline" if has_base else ""))
+    header.append(f"time/{per}" + (" vs baseline" if has_base else ""))
     rows = []
     for s in summary:
-        row = [s.variant, _seeds_cell(s), s.final.format(), s.best.format()]
-        if has_ema:
+        row = [s.variant, _seeds_cell(s)] + ([] if program else [s.final.format(),
+                                                                 s.best.format()])
+        if has_ema and not program:
             row.append(s.final_ema.format() if s.final_ema is not None else "-")
-        if metric != "val_acc":
+        if metric != "val_acc" or program:
             row.append(s.decided.format(scale, s.digits) if s.decided is not None else "-")
         if has_base:
             row += ["(baseline)", "", ""] if s.is_baseline else [*_diff_cell(s), s.verdict]
@@ -86,15 +91,20 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
     lines = [f"{ab.out}: {sum(c.values())} runs: {c[FINISHED]} finished, {c[FAILED]} failed, "
              f"{c[INCOMPLETE]} incomplete", ""]
     lines += _format_table(header, rows)
-    lines += ["", f"final/best val acc: mean over the finished seeds [{conf}% confidence "
-                  "interval, t-distribution]; one seed has no interval."]
+    lines += ["", f"final {metric}: each run's last logged value, mean over the finished seeds "
+                  f"[{conf}% confidence interval, t-distribution]; one seed has no interval."
+              if program else f"final/best val acc: mean over the finished seeds [{conf}% "
+                              "confidence interval, t-distribution]; one seed has no interval."]
     if has_base:
         lines += _legend(ab, summary, unit, adaptive)
-    lines.append("time/epoch: median epoch time, each run's first epoch (warm-up) left out"
-                 + ("; relative to the baseline." if has_base else "."))
+    lines.append(("time/run: median wall time of a finished run (its last attempt)" if program
+                  else "time/epoch: median epoch time, each run's first epoch (warm-up) left "
+                       "out") + ("; relative to the baseline." if has_base else "."))
     if any(s.time_with_first for s in summary):
         lines.append("*: the runs have only one epoch so far: the time includes the warm-up.")
     lines += _robust_lines(summary, shown, scale, has_base)
+    if program:
+        lines += logged.text_lines(ab, conf / 100)
     saved = saved_runs(summary)
     if saved is not None:
         used, fixed = saved
@@ -103,6 +113,7 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
                       f"runs{' so far' if still else ''}; a fixed design with "
                       f"{summary[0].seeds_max} seeds per variant trains {fixed}: "
                       f"{fixed - used} runs saved."]
+        lines += [""] + design_notes if (design_notes := notes(summary)) else []
     failed = [(r.id, failure(r)) for r in ab.runs if r.status == FAILED]
     if failed:
         lines += ["", "Failed runs:"] + [f"  {i}: {e}" for i, e in failed]
@@ -110,7 +121,8 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
                   (not adaptive or r.started)]
     if incomplete:
         lines += ["", "Incomplete runs (running, stopped or not started): " + ", ".join(
-            f"{r.id} ({len(r.metrics)} epochs)" if r.started else f"{r.id} (not started)"
+            f"{r.id} ({len(r.metrics)} {'records' if program else 'epochs'})" if r.started
+            else f"{r.id} (not started)"
             for r in incomplete)]
     if ab.warnings:
         lines += [""] + [f"warning: {w}" for w in ab.warnings]
@@ -119,20 +131,12 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
 
 def _legend(ab: Ablation, summary: Sequence[VariantSummary], unit: str, adaptive: bool
             ) -> list[str]:
+    if adaptive:  # the procedure that ran: the exact design, or a legacy folder's
+        return legend(summary, ab.baseline, unit)
     rule = ab.config.decision
-    alpha, margin, metric = rule.alpha, rule.margin, rule.metric.name
+    alpha, metric = rule.alpha, rule.metric.name
     m = sum(not s.is_baseline for s in summary)
-    higher = rule.higher_is_better
     what = f"final {metric} minus the baseline's" + (f", in {unit}" if unit else "")
-    if adaptive:
-        return [f"vs {ab.baseline}: {what}, per seed; mean [confidence sequence: alpha "
-                f"{alpha:g} split over the {m} variants and spent over the rounds "
-                f"(Pocock-type), valid however often it was looked at].",
-                f"p adj.: the smallest family-wise level at which a look would have called "
-                f"it better or worse. verdict: better/worse when the interval lies "
-                f"{'above/below 0' if higher else f'below/above 0 (lower {metric} is better)'}"
-                f", equivalent within +-{margin:g}, dropped behind the best of its grid, "
-                f"inconclusive at the maximum seeds; open: more seeds to come."]
     return [f"vs {ab.baseline}: {what}, per seed that both finished, mean [{round(100 * summary[0].final.confidence)}% CI].",
             f"p adj.: paired t-test (scipy.stats.ttest_rel), Holm-adjusted over the {m} "
             f"variants. verdict: better/worse when p adj. < {alpha:g} (family-wise); with "

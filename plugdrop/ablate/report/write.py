@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import ConfigError, Fault
 from ..runs import atomic_write_bytes, serialized, storage_error
+from . import logged
 from .figures import plot_calibration, plot_forest, plot_seeds
 from .html import render
 from .plots import plot_drop_frac, plot_final_acc, plot_val_acc
@@ -67,6 +68,8 @@ def _cell(value: Any) -> str:
 
 
 def _csv(ab: Ablation) -> bytes:
+    if ab.config.program is not None:  # the columns are the metrics it logged
+        return logged.csv_bytes(ab)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
@@ -103,6 +106,10 @@ def _json(ab: Ablation, summary: Sequence[VariantSummary]) -> bytes:
            "baseline": ab.baseline, "seeds": ab.seeds,
            "counts": run_counts(ab, summary),
            "summary": [s.as_dict() for s in summary], "runs": runs, "warnings": ab.warnings}
+    if ab.config.program is not None:  # every metric it logged, per variant
+        conf = summary[0].final.confidence if summary else 0.95
+        doc["logged"] = {v: {m: iv.as_dict() for m, iv in row.items()}
+                         for v, row in logged.final_values(ab, conf).items()}
     return (json.dumps(_plain(doc), indent=2, allow_nan=False) + "\n").encode("utf-8")
 
 
@@ -140,7 +147,11 @@ def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
     summary = summarize(ab, confidence)
     outputs: list[tuple[Path, bytes | None]] = [
         (ab.out / "results.csv", _csv(ab)), (ab.out / "results.json", _json(ab, summary))]
-    if plots:
+    if plots and ab.config.program is not None:  # its own metrics (logged.LEFT_OUT: why)
+        outputs += [(ab.out / "curves.png", logged.plot_curves(ab)),
+                    (ab.out / "forest.png", plot_forest(summary, ab.baseline)),
+                    (ab.out / "seeds.png", plot_seeds(summary))]
+    elif plots:
         outputs += [(ab.out / "val_acc.png", plot_val_acc(ab, confidence)),
                     (ab.out / "final_acc.png", plot_final_acc(summary)),
                     (ab.out / "drop_frac.png", plot_drop_frac(ab)),

@@ -6,7 +6,9 @@
     OUT/.lock                     held by the running ``plugdrop ablate``  (locks.py)
     OUT/.data-files.gz            the data's image files, compared on resume  (datafiles.py)
     OUT/runs/<variant>__s<seed>/  run.json, metrics.jsonl, checkpoint.pt, checkpoint.prev.pt,
-                                  attempts.jsonl, done.json | failed.json  (folder.py)
+                                  attempts.jsonl, done.json | failed.json  (folder.py);
+                                  a program's run: metrics.jsonl as it logs it (records.py),
+                                  spec.yaml, logs/, work/ (its own folder)
 
 Every file is written through :mod:`.files` (a temporary file, fsync, rename; a failed write is
 a :class:`~plugdrop.ablate.errors.StorageError`; never through a symbolic link) and read back
@@ -21,8 +23,11 @@ from .files import (append_line, atomic_write_bytes, atomic_write_json, check_ro
                     no_link, now, open_no_follow, storage_error)
 from .folder import FAILED, FINISHED, INCOMPLETE, Recovery, RunDir, run_id
 from .locks import Lock, RunLock, claiming, serialized
+from .records import POSITION, finite, last_value, logged_names, number, read_records
 
-__all__ = ["CheckpointRefused", "FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "Recovery",
+__all__ = ["CheckpointRefused", "FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "POSITION",
+           "Recovery",
            "RunDir", "RunLock", "append_line", "atomic_write_bytes", "atomic_write_json",
-           "check_out", "check_room", "claiming", "ensure_dir", "fingerprint",
-           "load_checkpoint", "no_link", "now", "open_no_follow", "prepare", "run_id", "serialized", "storage_error"]
+           "check_out", "check_room", "claiming", "ensure_dir", "fingerprint", "finite",
+           "last_value", "load_checkpoint", "logged_names", "no_link", "now", "number", "open_no_follow",
+           "prepare", "read_records", "run_id", "serialized", "storage_error"]

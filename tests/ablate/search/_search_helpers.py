@@ -1,0 +1,72 @@
+"""Shared helpers of the tests of ``plugdrop search``: the config around the stdlib program
+``search_target.py`` (whose metric is a known function of its spec), and the search driven in this
+process with a test double of the trainer: the program's function itself, called per run."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import search_target as target  # noqa: E402
+
+from plugdrop.ablate.config.locations import plain  # noqa: E402
+from plugdrop.ablate.search import Study, loads_search, replay, setup_of  # noqa: E402
+
+SPACE = """\
+    - {layers: {choice: ["layer1.*", "layer2.*", "layer3.*", "layer4.*"]}, transform: DropBlock,
+       p: {range: [0.01, 0.3]}, block_size: {choice: [3, 5]}}
+"""
+
+
+def config(*, budget: int = 80, seed: int = 0, seeds: str = "{min: 3, max: 6}",
+           extra: str = "", space: str = SPACE, program: str | None = None) -> str:
+    """A search config around ``search_target.py``."""
+    program = program or json.dumps([sys.executable, "search_target.py"])
+    return (f"program: {program}\ndecide_on: {{metric: score, goal: max}}\nmargin: 0.005\n"
+            f"seeds: {seeds}\nvariants:\n  baseline: []\nsearch:\n  budget: {budget}\n"
+            f"  seed: {seed}\n{extra}  space:\n{space}")
+
+
+def score(spec: Any, seed: int) -> float:
+    """What ``search_target.py`` logs for ``spec`` and ``seed``."""
+    shared = random.Random(f"seed-{seed}").gauss(0.0, 0.02)
+    own = random.Random(f"{seed}-{json.dumps(spec, sort_keys=True)}").gauss(0.0, 0.003)
+    return 0.5 + target.effect(spec) + shared + own
+
+
+class Stop(Exception):
+    """A kill, in the middle of a search driven in this process."""
+
+
+def drive(text: str, journal: Path, values: dict | None = None, stop_after: int | None = None):
+    """Run the search of ``text`` to its end in this process (each run's value from
+    :func:`score`), its study in ``journal``; ``stop_after``: raise :class:`Stop` after that
+    many runs (``values`` keeps what finished). Returns the last step and the study."""
+    sc = loads_search(text, "search.yaml")
+    setup = setup_of(sc)
+    study = Study(journal, sc.spec)
+    values = {} if values is None else values
+    trained = 0
+    while True:
+        step = replay(setup, values, study)
+        if not step.needed:
+            return step, study, sc
+        for v, s in step.needed:
+            if stop_after is not None and trained >= stop_after:
+                raise Stop
+            spec = [] if v == "baseline" else plain(
+                sc.spec.attachments(study.trials[int(v[1:])].params))
+            values.setdefault(v, {})[s] = score(spec, s)
+            trained += 1
+
+
+def found(step: Any, tol: float = 0.03) -> bool:
+    """Whether the best candidate is the known optimum: layer3 at p = 0.12 +- ``tol``."""
+    b = step.best.params
+    return b["layers"] == "layer3.*" and abs(b["p"] - target.PEAK) <= tol
