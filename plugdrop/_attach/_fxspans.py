@@ -42,8 +42,9 @@ def _reads_shape(node: fx.Node) -> bool:
         node.op == "call_method" and node.target in _SHAPE_METHODS)
 
 
-def _closure(start: fx.Node, step: Callable[[fx.Node], list[fx.Node]],
-             stop: fx.Node | None = None) -> set[fx.Node]:
+def closure(start: fx.Node, step: Callable[[fx.Node], list[fx.Node]],
+            stop: fx.Node | None = None) -> set[fx.Node]:
+    """``start`` and every node reached from it by ``step``, not going on past ``stop``."""
     seen: set[fx.Node] = set()
     todo = [start]
     while todo:
@@ -66,7 +67,7 @@ def _users(n: fx.Node) -> list[fx.Node]:
 
 def _required(n: fx.Node) -> bool:
     """Whether ``n`` depends on a model input without a default."""
-    return any(a.op == "placeholder" and not a.args for a in _closure(n, _inputs))
+    return any(a.op == "placeholder" and not a.args for a in closure(n, _inputs))
 
 
 def _batch_reads(node: fx.Node) -> list[fx.Node]:
@@ -92,8 +93,8 @@ def graph_spans(graph: fx.Graph, model: nn.Module, add: fx.Node, branch: fx.Node
         keys = _keys(n)
         if len(keys) > depth and keys[:depth] == scope:
             calls.setdefault(keys[depth], []).append(n)
-    above = _closure(branch, _inputs)
-    from_src = _closure(src, _users)
+    above = closure(branch, _inputs)
+    from_src = closure(src, _users)
     outs: dict[str, fx.Node | None] = {}
     entry: tuple[str, fx.Node, fx.Node] | None = None
     for key, nodes in calls.items():
@@ -104,8 +105,8 @@ def graph_spans(graph: fx.Graph, model: nn.Module, add: fx.Node, branch: fx.Node
             continue
         stream = next((i for n in nodes for i in _inputs(n)
                        if i not in members and i in from_src), None)
-        live = [n for n in _closure(o, _users, stop=branch) if n.users or n.op == "output"]
-        if stream is not None and all(n in above for n in live) and src not in _closure(
+        live = [n for n in closure(o, _users, stop=branch) if n.users or n.op == "output"]
+        if stream is not None and all(n in above for n in live) and src not in closure(
                 branch, lambda n: [] if n is o else _inputs(n)):
             entry = (key, o, stream)
     if entry is None:
@@ -115,7 +116,7 @@ def graph_spans(graph: fx.Graph, model: nn.Module, add: fx.Node, branch: fx.Node
     order = list(calls)
     body_keys = [k for k in order[order.index(key):] if any(n in above for n in calls[k])]
     body = list(dict.fromkeys(p for k in body_keys for n in calls[k] for p in _paths(n)[depth:]))
-    inside = _closure(o_entry, _users) & above
+    inside = closure(o_entry, _users) & above
     problem = _extra(model, calls, body_keys, key, stream, inside, depth)
     if problem is None:
         problem = _batch_size_read(model, above, inside, from_src | {src}, add, depth)
@@ -159,7 +160,7 @@ def _batch_size_read(model: nn.Module, above: set[fx.Node], inside: set[fx.Node]
         if not isinstance(t, fx.Node) or t not in stream or t in inside:
             continue
         for b in _batch_reads(n):
-            if any(u in inside for u in _closure(b, lambda m: list(m.users))):
+            if any(u in inside for u in closure(b, lambda m: list(m.users))):
                 where = _paths(add)[depth - 1] if depth else "(root)"
                 return (f"the branch reads the batch size of the stream ({t.name!r}) "
                         f"in {where!r} ({cls_name(model, where) if depth else 'model'}): it "

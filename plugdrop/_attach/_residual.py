@@ -243,14 +243,7 @@ def _stack(node: fx.Node) -> list[str]:
 
 
 def _fx_ancestors(node: fx.Node) -> set[fx.Node]:
-    seen: set[fx.Node] = set()
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        if n not in seen:
-            seen.add(n)
-            todo.extend(n.all_input_nodes)
-    return seen
+    return _fxspans.closure(node, lambda n: list(n.all_input_nodes))
 
 
 def _below(node: fx.Node, scope: list[str]) -> str | None:

@@ -30,7 +30,8 @@ PLOTS = (("forest.png", "Differences to the baseline"), ("seeds.png", "Seeds use
          ("val_acc.png", "Learning curves"), ("final_acc.png", "Final accuracy"),
          ("calibration.png", "Calibration"), ("drop_frac.png", "Drop fraction against the schedule"))
 
-_STYLE = """
+#: the page's style sheet, shared by the other reports (plugdrop search)
+STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
 max-width:1100px;padding:0 1rem;color:#222}
 h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
@@ -150,7 +151,7 @@ def render(ab: Ablation, summary: Sequence[VariantSummary], text_table: str) -> 
               f"margin {rule.margin:g}" if cfg.plan is not None
               else f"fixed: seeds {list(cfg.seed_list)}")
     parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-             f"<title>plugdrop ablation: {_e(ab.out.name)}</title><style>{_STYLE}</style>"
+             f"<title>plugdrop ablation: {_e(ab.out.name)}</title><style>{STYLE}</style>"
              f"</head><body>",
              f"<h1>Ablation <code>{_e(ab.out)}</code></h1>",
              f"<p class=\"meta\">{_e(_trained(ab))}; "

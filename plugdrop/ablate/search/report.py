@@ -12,21 +12,10 @@ from typing import Any
 
 import yaml
 
+from ..report.html import STYLE
 from .plots import plot_confirmation, plot_history, plot_importance, plot_values
 
 __all__ = ["render", "summary_line"]
-
-_STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
-max-width:1100px;padding:0 1rem;color:#222}
-h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
-th,td{border:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}
-th{background:#f4f4f4}td.num{font-variant-numeric:tabular-nums;white-space:nowrap}
-.better{color:#1e7d32;font-weight:600}.worse{color:#b71c1c;font-weight:600}
-img{max-width:100%;height:auto;border:1px solid #eee;margin:.3rem 0}
-pre{background:#f7f7f7;padding:.7rem;overflow:auto;font-size:.8rem}.note{color:#555}
-"""
 
 
 def _e(value: Any) -> str:
@@ -82,7 +71,7 @@ def render(doc: Mapping[str, Any]) -> bytes:
     best, conf = doc.get("best"), doc.get("confirmation")
     verdict = conf["verdict"] if conf and conf.get("complete") else ""
     parts = [f"<!doctype html><html><head><meta charset=utf-8><title>plugdrop search: "
-             f"{_e(doc['source'])}</title><style>{_STYLE}</style></head><body>",
+             f"{_e(doc['source'])}</title><style>{STYLE}</style></head><body>",
              f"<h1>plugdrop search: {_e(doc['source'])}</h1>",
              f"<p class='{_e(verdict)}'>{_e(summary_line(doc))}.</p>",
              f"<p class=note>{doc['runs']} of {doc['budget']} runs; decided on "
