@@ -50,22 +50,7 @@ def _is_ancestor(short: torch.Tensor, branch: torch.Tensor, leaves: dict[int, An
     if short is branch:
         return True
     target = _node(short, leaves)
-    start = branch.grad_fn
-    if target is None or start is None:
-        return False
-    seen: set[int] = set()
-    stack = [start]
-    while stack:
-        fn = stack.pop()
-        if fn is target:
-            return True
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if type(fn).__name__ == "AccumulateGrad" and getattr(fn, "variable", None) is short:
-            return True
-        stack.extend(f for f, _ in fn.next_functions if f is not None)
-    return False
+    return target is not None and _spans.reaches(branch.grad_fn, target, variable=short)
 
 
 class _Recorder:

@@ -136,12 +136,15 @@ class _Call:
         return False
 
 
-def _reaches(start: Any, target: Any, barrier: tuple = (), variable: Any = None) -> bool:
+def reaches(start: Any, target: Any, barrier: tuple = (), variable: Any = None) -> bool:
     """Whether the autograd graph from node ``start`` reaches node ``target`` (or the
     AccumulateGrad node of tensor ``variable``) without expanding the ``barrier`` nodes."""
     if start is None or (target is None and variable is None):
         return False
-    seen: set[int] = set()
+    # Each node met is held here, not only its id: torch (2.11, for one) wraps an autograd
+    # node in a new Python object at each access and frees it when unreferenced, so the id of
+    # a node already walked could come back as another node's and cut the walk short.
+    seen: dict[int, Any] = {}
     stack = [start]
     while stack:
         fn = stack.pop()
@@ -150,7 +153,7 @@ def _reaches(start: Any, target: Any, barrier: tuple = (), variable: Any = None)
             return True
         if id(fn) in seen or any(fn is b for b in barrier):
             continue
-        seen.add(id(fn))
+        seen[id(fn)] = fn
         stack.extend(f for f, _ in fn.next_functions if f is not None)
     return False
 
@@ -209,7 +212,7 @@ class RunSpans:
             why = "no module of its block takes the stream and feeds the branch alone"
             return Span(exits[-1], None, 0, (), why)
         body = [c for c in level if entry.seq <= c.seq <= last.seq and any(
-            n is br or _reaches(br, n, (src_node,)) for n in c.out_nodes if n is not None)]
+            n is br or reaches(br, n, (src_node,)) for n in c.out_nodes if n is not None)]
         names = list(dict.fromkeys(c.name for c in self.calls
                                    if any(c.inside(b) for b in body)))
         problem = self._extra(body, entry, src, src_node)
@@ -225,10 +228,10 @@ class RunSpans:
             return False
         if c.out_node is br:
             return True
-        return ((c.stream is src or _reaches(c.stream_node, src_node, variable=src))
-                and _reaches(br, c.out_node, (src_node,))
-                and not _reaches(br, src_node, (c.out_node,), src)
-                and not any(_reaches(o, c.out_node, (br, src_node)) for o in outs))
+        return ((c.stream is src or reaches(c.stream_node, src_node, variable=src))
+                and reaches(br, c.out_node, (src_node,))
+                and not reaches(br, src_node, (c.out_node,), src)
+                and not any(reaches(o, c.out_node, (br, src_node)) for o in outs))
 
     def _extra(self, body: list[_Call], entry: _Call, src: torch.Tensor,
                src_node: Any) -> str | None:
@@ -242,7 +245,7 @@ class RunSpans:
                     continue
                 node = c.arg_nodes.get(id(t))
                 if c is not entry and node is not None and (
-                        node is entry.out_node or _reaches(node, entry.out_node, (src_node,))):
+                        node is entry.out_node or reaches(node, entry.out_node, (src_node,))):
                     continue
                 return (f"module {c.name!r} ({cls_name(self.model, c.name)}) takes "
                         f"{_describe(c, t)}, a tensor of the batch's size {tuple(t.shape)} "

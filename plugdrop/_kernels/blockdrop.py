@@ -162,9 +162,16 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
         out = KA.SparseBlockDrop.apply(view, scale.to(view.dtype), seeds,
                                        (channels, valid, blocks))
         return restore(out)
-    keep = ~dense.block_dropped(b, channels, sizes, blocks, gamma, view.device)
+    if dense.pooled(view.device, n_seeds):
+        keep = dense.block_kept(b, channels, sizes, blocks, gamma, view.device)
+    else:
+        keep = ~dense.block_dropped(b, channels, sizes, blocks, gamma, view.device)
     if rescale == "expected":
         scale = geometry.broadcast_scale(scale, tuple(keep.shape[2:]))
+        if view.device.type != "cpu":
+            # MaskMul selects from the scale, then casts to x's dtype: casting the small map
+            # first gives the same values without a full-size float32 multiplier.
+            scale = scale.to(view.dtype)
     elif rescale == "count":
         # The paper's normalization over the whole tensor (a mask broadcast over channels or
         # whole axes has the same kept ratio).

@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--launcher {args.launcher}: start plugdrop ablate itself "
                               f"without torchrun; --nproc-per-run N runs torchrun inside "
                               f"each job")
+        config.check_gpus(cfg, launcher.name, opts.gpus_per_run)
         if cfg.program is not None:
             _check_program(cfg, world, opts.nproc_per_run)
         else:

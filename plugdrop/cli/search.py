@@ -37,6 +37,7 @@ def _say(line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..ablate.errors import ConfigError, Exit, Fault, one_line
+    from ..ablate.config import check_gpus
     from ..ablate.launch import make_launcher, options
     from ..ablate.runner import resume_command
     from ..ablate.search import load_search, require_optuna, run_search
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         sc = load_search(args.config)
         out = Path(args.out or sc.base.out)
         launcher = make_launcher(args.launcher, options.from_args(args))
+        check_gpus(sc.base, launcher.name, options.from_args(args).gpus_per_run)
         d = setup_distributed(resolve_device(sc.base.device, sc.base.loc("device")))
         outcome = run_search(sc, out=out, resume=args.resume, d=d, launcher=launcher,
                              options=options.from_args(args))

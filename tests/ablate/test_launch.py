@@ -344,10 +344,28 @@ def test_processes_two_at_once_and_a_killed_one_resumes(tmp_path, ref):
     (["--launcher", "processes", "--gpus-per-run", "64"],
      "--gpus-per-run 64: this machine has"),
     (["--launcher", "processes", "--max-parallel", "0"], "--max-parallel 0: must be at least 1"),
-], ids=["not-its-option", "gpus", "parallel"])
+    # Before: every run's process failed on "CUDA is not available here" (it saw no GPU).
+    (["--launcher", "processes", "--device", "cuda"],
+     "--device: device: cuda, but --launcher processes gives each run's job the GPUs of "
+     "--gpus-per-run, 0 by default: add --gpus-per-run 1"),
+], ids=["not-its-option", "gpus", "parallel", "cuda-without-gpus"])
 def test_processes_mistakes_are_one_line(tmp_path, capsys, flags, message):
     assert main(["ablate", str(write(tmp_path, CFG)), "--out", str(tmp_path / "o"),
                  *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("launcher", ["processes", "submitit", "ray"])
+def test_a_cuda_device_needs_gpus_in_every_launchers_jobs(tmp_path, launcher):
+    from plugdrop.ablate import config
+    from plugdrop.ablate.errors import ConfigError
+
+    cfg = config.load(write(tmp_path, CFG.replace("device: cpu", "device: cuda:1")))
+    with pytest.raises(ConfigError, match=rf"device: cuda:1, but --launcher {launcher} gives"):
+        config.check_gpus(cfg, launcher, 0)
+    config.check_gpus(cfg, launcher, 1)
+    config.check_gpus(cfg, "local", 0)  # the driver's own device: checked where it trains
+    auto = config.load(write(tmp_path, CFG.replace("device: cpu", "device: auto")))
+    config.check_gpus(auto, launcher, 0)

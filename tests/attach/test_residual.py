@@ -182,3 +182,48 @@ def test_modules_whose_output_reaches_a_branch_unchanged_do_not_warn(example):
         pd.attach(vit, "blocks.*.mlp", pd.DropPath(0.1))  # drop_path2 is an identity after it
     with pytest.warns(pd.NotResidualWarning, match="'blocks.0'"):
         pd.attach(vit, "blocks.*", pd.DropPath(0.1))
+
+
+class _Node:
+    def __init__(self, parents=()) -> None:
+        self.parents = list(parents)
+
+
+class _Wrapped:
+    """An autograd node as torch 2.11 hands it to Python: a wrapper made at each access while
+    none is alive (the same object while one is) and freed when unreferenced, so that its id
+    comes back as another node's."""
+
+    live: "weakref.WeakValueDictionary[int, _Wrapped]"
+
+    def __init__(self, node: _Node) -> None:
+        self.node = node
+
+    @classmethod
+    def of(cls, node: _Node) -> "_Wrapped":
+        w = cls.live.get(id(node))
+        if w is None:
+            w = cls.live[id(node)] = cls(node)
+        return w
+
+    @property
+    def next_functions(self):
+        return tuple((_Wrapped.of(p), 0) for p in self.node.parents)
+
+
+def test_the_graph_walk_survives_node_wrappers_made_afresh():
+    """Before: the walk remembered the ids of the nodes it had met, not the nodes, and on torch
+    2.11 found no residual branch in ViT, ConvNeXt or Swin (a freed node's id came back as the
+    next node's, which was then skipped as met)."""
+    import weakref
+
+    from plugdrop._attach import _spans
+
+    _Wrapped.live = weakref.WeakValueDictionary()
+    target = _Node()
+    chain = target
+    for _ in range(50):
+        chain = _Node([chain])
+    held = _Wrapped.of(target)
+    assert _spans.reaches(_Wrapped.of(chain), held)
+    assert not _spans.reaches(_Wrapped.of(chain), _Wrapped.of(_Node()))

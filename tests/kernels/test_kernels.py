@@ -13,17 +13,22 @@ import torch
 
 import plugdrop as pd
 from plugdrop._kernels import autograd as KA
-from plugdrop._kernels import cext, draws
+from plugdrop._kernels import cext, dense, draws
 from plugdrop.functional import drop_block
 from conftest import sigma_tol
 
 needs_cext = pytest.mark.skipif(cext.library() is None, reason="no C compiler here")
 
 
-@pytest.fixture(params=["sparse", "dense"])
+@pytest.fixture(params=["sparse", "dense", "pooled"])
 def path(request, monkeypatch):
-    if request.param == "dense":
+    """DropBlock's mask drawn sparsely (or by the fused kernel), densely with a boolean
+    sliding-window OR (the CPU's dense path), or by max pooling uniforms (accelerators' path,
+    taken here on the CPU)."""
+    if request.param in ("dense", "pooled"):
         monkeypatch.setattr(draws, "SPARSE_MAX_GAMMA", -1.0)
+    if request.param == "pooled":
+        monkeypatch.setattr(dense, "pooled", lambda device, seeds: True)
     return request.param
 
 
@@ -141,11 +146,12 @@ def test_both_paths_hit_p(path, shape, block, shared):
 def test_fused_and_torch_op_paths_agree_exactly(fmt, dtype, shared, monkeypatch):
     if cext.library() is None:
         pytest.skip("no C compiler here")
-    x = torch.randn(48, 16, 14, 14, dtype=dtype)
+    # Drawn in float32: torch 2.11's bfloat16 randn gives exact zeros, read below as dropped.
+    x = torch.randn(48, 16, 14, 14).to(dtype)
     if fmt is not None:
         x = x.to(memory_format=fmt)
     x.requires_grad_()
-    g = torch.randn(48, 16, 14, 14, dtype=dtype)
+    g = torch.randn(48, 16, 14, 14).to(dtype)
     outs = []
     for use in (True, False):
         monkeypatch.setattr(KA, "USE_CEXT", use)
@@ -445,3 +451,29 @@ def test_kernel_builds_where_a_compiler_is_found(tmp_path):
                            "-Werror", str(cext._SOURCE), "-o", str(tmp_path / "k.so")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("shape,blocks", [((3, 4, 14, 14), (7, 7)), ((3, 4, 9, 12), (4, 3)),
+                                          ((3, 4, 30), (5,)), ((2, 3, 6, 7, 8), (3, 2, 3)),
+                                          ((3, 4, 5, 9), (5, 2)), ((3, 4, 6, 6), (1, 1))])
+def test_pooled_mask_is_the_grown_seeds_of_the_same_uniforms(shape, blocks, monkeypatch):
+    """Accelerators' mask (max pooling uniforms) is exactly the boolean window OR of the seeds
+    those uniforms make (``u > 1 - gamma``), a block spanning a whole axis included."""
+    gamma = 0.15
+    sizes = shape[2:]
+    valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
+    u = torch.rand(shape[0], shape[1], *valid, generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(dense.torch, "rand", lambda size, device=None: u.clone())
+    kept = dense.block_kept(shape[0], shape[1], sizes, blocks, gamma, "cpu")
+    want = ~dense.grow(u > 1.0 - gamma, blocks)
+    assert kept.shape == want.shape and torch.equal(kept, want)
+    assert (~kept).any() and kept.any()
+
+
+def test_accelerators_pool_small_masks_only():
+    """The CPU keeps its paths; an accelerator pools masks of few seeds (launch-bound) and ORs
+    large ones (bandwidth-bound), as measured (see POOLED_MAX_SEEDS)."""
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert not dense.pooled(cpu, 10)
+    assert dense.pooled(cuda, dense.POOLED_MAX_SEEDS - 1)
+    assert not dense.pooled(cuda, dense.POOLED_MAX_SEEDS)

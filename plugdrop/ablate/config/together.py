@@ -9,7 +9,7 @@ from ..errors import ConfigError
 from .metrics import AUTO, METRICS
 from .schema import AblationConfig
 
-__all__ = ["batch_per_process", "check_classes", "check_shard", "check_together"]
+__all__ = ["batch_per_process", "check_classes", "check_gpus", "check_shard", "check_together"]
 
 
 def check_together(cfg: AblationConfig) -> None:
@@ -65,6 +65,17 @@ def check_shard(cfg: AblationConfig, shard: tuple[int, int]) -> None:
                           f"an adaptive design (seeds: {{min, max}}) decides between rounds: "
                           f"run it whole, with --launcher processes, submitit or ray to train "
                           f"its runs in parallel")
+
+
+def check_gpus(cfg: AblationConfig, launcher: str, gpus_per_run: int) -> None:
+    """A CUDA device needs GPUs in each job: a launcher that starts jobs of their own (not
+    ``local``) gives each one ``--gpus-per-run`` GPUs, none by default, and every run would
+    fail on a machine where it sees none."""
+    if launcher != "local" and gpus_per_run == 0 and str(cfg.device).startswith("cuda"):
+        raise ConfigError(f"{cfg.loc('device')}: device: {cfg.device}, but --launcher "
+                          f"{launcher} gives each run's job the GPUs of --gpus-per-run, 0 by "
+                          f"default: add --gpus-per-run 1 (or device: auto, which trains "
+                          f"on the CPU in a job without GPUs)")
 
 
 def batch_per_process(cfg: AblationConfig, world: int) -> int:
