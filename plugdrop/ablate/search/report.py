@@ -33,6 +33,18 @@ def _n(x: float | None) -> str:
     return "-" if x is None else f"{x:+.4g}"
 
 
+def _v(x: Any) -> str:
+    """A searched value as a person reads it (Optuna's floats to 4 significant digits)."""
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def _sampler(s: Mapping[str, Any]) -> str:
+    """``{name: tpe, seed: 0, n_startup_trials: 5}`` as ``TPE (n_startup_trials 5), seed 0``."""
+    options = ", ".join(f"{k} {_v(v)}" for k, v in s.items() if k not in ("name", "seed"))
+    text = str(s.get("name", "?")).upper() + (f" ({options})" if options else "")
+    return text if s.get("seed") is None else f"{text}, seed {s['seed']}"
+
+
 def summary_line(doc: Mapping[str, Any]) -> str:
     """The search's result in one sentence (the page's and the command's)."""
     best, conf = doc.get("best"), doc.get("confirmation")
@@ -55,7 +67,7 @@ def _candidates(doc: Mapping[str, Any]) -> str:
     rows = []
     for c in doc["candidates"]:
         e = c["estimate"]
-        cells = "".join(f"<td>{_e(c['params'].get(n, '-'))}</td>" for n in names)
+        cells = "".join(f"<td>{_e(_v(c['params'].get(n, '-')))}</td>" for n in names)
         reason = c["error"] or c["reason"]
         rows.append(f"<tr><td>{_e(c['name'])}</td>{cells}<td>{_e(c['status'])}</td>"
                     f"<td class=num>{len(c['seeds'])}</td><td class=num>{_n(e['mean'])}</td>"
@@ -76,7 +88,7 @@ def render(doc: Mapping[str, Any]) -> bytes:
              f"<p class='{_e(verdict)}'>{_e(summary_line(doc))}.</p>",
              f"<p class=note>{doc['runs']} of {doc['budget']} runs; decided on "
              f"{_e(doc['metric'])} ({_e(doc['goal'])}), alpha {doc['alpha']:g}; the search's "
-             f"seeds {doc['search_seeds']}; sampler {_e(doc['sampler'])}.</p>"]
+             f"seeds {doc['search_seeds']}; sampler {_e(_sampler(doc['sampler']))}.</p>"]
     if best is not None:
         parts += ["<h2>The best candidate (best.yaml)</h2>",
                   f"<pre>{_e(yaml.safe_dump(best['attachments'], sort_keys=False))}</pre>"]

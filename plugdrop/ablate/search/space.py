@@ -34,6 +34,9 @@ KEYS = ("budget", "space", "sampler", "seed", "parallel")
 #: the samplers ``sampler:`` names, and Optuna's class for each
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "qmc": "QMCSampler",
             "gp": "GPSampler", "cmaes": "CmaEsSampler"}
+#: significant digits of a float a range proposes: 1e-4 relative, far below what a search's
+#: seeds can tell apart, and a value a person can read and type
+SIGNIFICANT = 4
 #: the TPE sampler's start-up trials unless given: searches of plugdrop have tens of candidates
 TPE_STARTUP = 5
 
@@ -63,9 +66,11 @@ class Dimension:
                      else json.dumps(c, sort_keys=True) for c in self.choices)
 
     def value(self, param: Any) -> Any:
-        """The attachment's value for Optuna's ``param``."""
+        """The attachment's value for Optuna's ``param``: a choice, an integer, or a float to
+        ``SIGNIFICANT`` digits (what trains is what ``best.yaml`` and the report show; Optuna's
+        study keeps its own value)."""
         if self.choices is None:
-            return int(param) if self.integer else float(param)
+            return int(param) if self.integer else float(f"{float(param):.{SIGNIFICANT}g}")
         return self.choices[self.labels.index(param)]
 
     def probes(self) -> list[Any]:

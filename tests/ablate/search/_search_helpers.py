@@ -12,6 +12,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # tests/ablate: _runner_helpers
 
 import search_target as target  # noqa: E402
 
@@ -33,10 +34,12 @@ def config(*, budget: int = 80, seed: int = 0, seeds: str = "{min: 3, max: 6}",
             f"  seed: {seed}\n{extra}  space:\n{space}")
 
 
-def score(spec: Any, seed: int) -> float:
-    """What ``search_target.py`` logs for ``spec`` and ``seed``."""
-    shared = random.Random(f"seed-{seed}").gauss(0.0, 0.02)
-    own = random.Random(f"{seed}-{json.dumps(spec, sort_keys=True)}").gauss(0.0, 0.003)
+def score(spec: Any, seed: int, salt: str = "") -> float:
+    """What ``search_target.py`` logs for ``spec`` and ``seed``; a ``salt`` draws another
+    world's noise (independent searches: without it, every search meets the same baseline
+    runs, and their errors are one draw, not many)."""
+    shared = random.Random(f"{salt}seed-{seed}").gauss(0.0, 0.02)
+    own = random.Random(f"{salt}{seed}-{json.dumps(spec, sort_keys=True)}").gauss(0.0, 0.003)
     return 0.5 + target.effect(spec) + shared + own
 
 
@@ -44,10 +47,12 @@ class Stop(Exception):
     """A kill, in the middle of a search driven in this process."""
 
 
-def drive(text: str, journal: Path, values: dict | None = None, stop_after: int | None = None):
+def drive(text: str, journal: Path, values: dict | None = None, stop_after: int | None = None,
+          salt: str = ""):
     """Run the search of ``text`` to its end in this process (each run's value from
     :func:`score`), its study in ``journal``; ``stop_after``: raise :class:`Stop` after that
-    many runs (``values`` keeps what finished). Returns the last step and the study."""
+    many runs (``values`` keeps what finished); ``salt``: the noise's world (:func:`score`).
+    Returns the last step and the study."""
     sc = loads_search(text, "search.yaml")
     setup = setup_of(sc)
     study = Study(journal, sc.spec)
@@ -62,7 +67,7 @@ def drive(text: str, journal: Path, values: dict | None = None, stop_after: int 
                 raise Stop
             spec = [] if v == "baseline" else plain(
                 sc.spec.attachments(study.trials[int(v[1:])].params))
-            values.setdefault(v, {})[s] = score(spec, s)
+            values.setdefault(v, {})[s] = score(spec, s, salt)
             trained += 1
 
 

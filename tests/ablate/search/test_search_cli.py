@@ -91,7 +91,7 @@ decide_on: val_nll
 variants:
   baseline: []
 search:
-  budget: 10
+  budget: 12
   space:
     - {layers: {choice: ["layer1.*", "layer2.*"]}, transform: Dropout2d,
        p: {range: [0.05, 0.3]}}
@@ -106,14 +106,18 @@ def test_a_digits_search_with_plugdrops_trainer(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert code in (0, 1), out
     doc = json.loads((tmp_path / "out" / "search.json").read_text())
-    assert doc["runs"] <= 10 and doc["confirmation"]["complete"]
+    assert doc["runs"] <= 12 and doc["confirmation"]["complete"]
     assert doc["confirmation"]["seeds"] == [2, 3]
-    assert len(doc["candidates"]) >= 2
+    assert len(doc["candidates"]) >= 3
+    assert doc["importance"]["evaluator"] and set(doc["importance"]["values"]) == {"layers", "p"}
+    p = doc["best"]["attachments"][0]["p"]
+    assert p == float(f"{p:.4g}")  # what trained: 4 significant digits
     assert doc["best"]["attachments"][0]["transform"] == "Dropout2d"
     assert isinstance(doc["best"]["attachments"][0]["p"], float)
     assert (tmp_path / "out" / "best.yaml").read_text().count("Dropout2d") == 1
     html = (tmp_path / "out" / "report.html").read_text()
-    assert html.count("data:image/png") >= 3  # the values, the history, the confirmation
+    assert html.count("data:image/png") >= 4  # importance, values, history, confirmation
+    assert "sampler TPE, seed 0" in html
     assert "History" in html and "Confirmation on fresh seeds" in html
     assert "What mattered" in html
     assert (tmp_path / "out" / "trials" / "ablation.json").exists()

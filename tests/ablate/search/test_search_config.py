@@ -102,3 +102,14 @@ def test_the_seeds_of_the_search_and_of_the_confirmation():
     fixed = loads_search(config(seeds="[4, 7, 9]", budget=20), "search.yaml")
     assert fixed.search_seeds == (4, 7, 9) and fixed.confirm_seeds == (10, 11, 12)
     assert (fixed.seeds_min, fixed.seeds_max) == (3, 3)
+
+
+def test_the_example_search_loads():
+    """``examples/search.yaml``, the docs' ready search: where, with what and how much."""
+    from pathlib import Path
+
+    from plugdrop.ablate.search import load_search
+
+    sc = load_search(Path(__file__).resolve().parents[3] / "examples" / "search.yaml")
+    assert [d.name for d in sc.spec.dimensions] == ["layers", "transform", "p"]
+    assert sc.spec.budget == 60 and sc.spec.parallel == 2

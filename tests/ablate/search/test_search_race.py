@@ -30,9 +30,8 @@ def _result(step) -> dict:
             "runs": step.runs}
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_budget_of_80_finds_the_optimum_and_confirms_it(tmp_path, seed):
-    step, study, _ = drive(config(budget=80, seed=seed), tmp_path / "study.journal")
+def test_a_budget_of_80_races_and_confirms_on_fresh_seeds(tmp_path):
+    step, study, _ = drive(config(budget=80, seed=0), tmp_path / "study.journal", salt="w0-")
     assert step.phase == "done"
     assert step.runs <= 80
     assert found(step), step.best.params
@@ -45,6 +44,23 @@ def test_a_budget_of_80_finds_the_optimum_and_confirms_it(tmp_path, seed):
     statuses = {c.status for c in step.candidates}
     assert "dropped" in statuses
     assert all(len(c.seeds) < 6 for c in step.candidates if c.status == "dropped")
+
+
+@pytest.mark.slow
+def test_a_budget_of_80_finds_the_optimum_in_most_worlds(tmp_path):
+    """20 searches, each in a world of its own noise (the seeds' and the runs'): TPE finds the
+    optimum (measured: 17 of 20; the random sampler 8 of 20) and every confirmation calls it
+    better. At least 14 of 20: a sampler finding it 85% of the time falls below 14 with
+    probability 0.02, the random sampler (40%) reaches 14 with probability 0.006."""
+    found_in, confirmed = 0, 0
+    for seed in range(20):
+        step, _, _ = drive(config(budget=80, seed=seed), tmp_path / f"{seed}.journal",
+                           salt=f"w{seed}-")
+        assert step.runs <= 80
+        found_in += found(step)
+        confirmed += step.confirmation.verdict == "better"
+    assert found_in >= 14, found_in
+    assert confirmed >= 19, confirmed
 
 
 def test_the_study_is_a_journal_of_the_candidates(tmp_path):
@@ -118,12 +134,16 @@ def test_no_true_effect_the_confirmation_is_false_better_at_most_alpha():
     assert naive > 2 * sc.base.decision.alpha, naive
 
 
+@pytest.mark.slow
 def test_no_true_effect_end_to_end_rarely_confirms(tmp_path, monkeypatch):
-    """The whole pipeline (race, proposals, confirmation) on a flat target: a few searches,
-    none may call its best better more often than chance allows."""
+    """The whole pipeline (race, proposals, confirmation) on a flat target, 20 searches each in
+    a world of its own noise (measured: 2 of 40 called better, alpha 0.05): at most 4 of 20,
+    which a procedure wrong at rate alpha exceeds with probability 0.003. (In one shared world
+    every search would meet the same baseline runs on the fresh seeds: one draw, not 20.)"""
     monkeypatch.setenv("SEARCH_TARGET_FLAT", "1")
     verdicts = []
-    for seed in range(6):
-        step, _, _ = drive(config(budget=40, seed=seed), tmp_path / f"{seed}.journal")
+    for seed in range(20):
+        step, _, _ = drive(config(budget=40, seed=seed), tmp_path / f"{seed}.journal",
+                           salt=f"w{seed}-")
         verdicts.append(step.confirmation.verdict)
-    assert verdicts.count("better") <= 1, verdicts
+    assert verdicts.count("better") <= 4, verdicts
