@@ -9,6 +9,8 @@ in the installed torch, so a rename fails a test instead of silently disabling a
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
@@ -50,6 +52,17 @@ def pop_hook(module: nn.Module, key: int) -> None:
     ``RemovableHandle.remove()`` does, for hooks whose handle is gone (a copy's)."""
     for name in HOOK_DICTS + _HOOK_FLAG_DICTS:
         getattr(module, name, {}).pop(key, None)
+
+
+@contextlib.contextmanager
+def constants() -> Iterator[None]:
+    """Where tensors kept across calls are made (cached scale maps, 0-dim settings, tensors
+    of ones): outside inference mode (an inference tensor cannot enter a recorded graph),
+    without autograd, and outside any ``torch.func`` transform (made inside ``jvp`` or
+    ``vmap``, a tensor is the transform's wrapper, without storage, and dead once it
+    returns)."""
+    with torch.inference_mode(False), torch.no_grad(), torch._C._DisableFuncTorch():
+        yield
 
 
 def functorch_active() -> bool:

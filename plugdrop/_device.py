@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from . import _compat
+
 
 class PerDevice:
     """``value`` as a 0-dim float32 tensor on each device it was asked for."""
@@ -21,7 +23,7 @@ class PerDevice:
         """The tensor on ``device`` (created at the first request)."""
         t = self._tensors.get(device)
         if t is None:
-            with torch.inference_mode(False), torch.no_grad():
+            with _compat.constants():
                 t = torch.tensor(self.value, dtype=torch.float32, device=device)
             self._tensors[device] = t
         return t

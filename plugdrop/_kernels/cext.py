@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from .. import _compat
+
 _SOURCE = Path(__file__).with_name("_csrc") / "blockdrop.c"
 _DTYPES = {torch.float32: 0, torch.float64: 1}
 _lock = threading.Lock()
@@ -277,7 +279,8 @@ class Prepared:
             self._out_stride = tuple(strides)
         spatial = shape[2:]
         if scale.dtype != x.dtype or scale.shape != spatial or not scale.is_contiguous():
-            scale = scale.to(x.dtype).expand(spatial).contiguous()
+            with _compat.constants():  # kept with the plan: not a torch.func transform's
+                scale = scale.to(x.dtype).expand(spatial).contiguous()
         self.scale = scale  # kept alive: the kernel reads it through its address
         self._fn = lib.plugdrop_blockdrop
         self._code = _DTYPES[x.dtype]

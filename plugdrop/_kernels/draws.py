@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from .. import _compat
+
 #: Above this probability the dense path (a random number per position) is used on CPU:
 #: a sparse draw costs about twice a dense one per success, and the fill costs per success.
 SPARSE_MAX_GAMMA = 0.3
@@ -82,7 +84,7 @@ def _cached(key: tuple[object, torch.dtype, torch.device], value: float,
     if t is None:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
-        with torch.inference_mode(False), torch.no_grad():
+        with _compat.constants():
             t = torch.full(shape, value, dtype=key[1], device=key[2])
         _CACHE[key] = t
     return t

@@ -18,6 +18,7 @@ from collections import Counter
 
 import torch
 
+from .. import _compat
 from .._compat import constant_result
 
 def coverage(size: int, block: int) -> list[int]:
@@ -134,7 +135,7 @@ def scale_map(q: float, sizes: tuple[int, ...], blocks: tuple[int, ...],
 
     Cached per (q, geometry, device, dtype): a schedule changes ``q`` once per step.
     """
-    with torch.inference_mode(False), torch.no_grad():
+    with _compat.constants():
         n = coverage_map(sizes, blocks, device).to(torch.float64)
         return torch.pow(torch.tensor(q, dtype=torch.float64, device=device), -n).to(dtype)
 

@@ -477,3 +477,30 @@ def test_accelerators_pool_small_masks_only():
     assert not dense.pooled(cpu, 10)
     assert dense.pooled(cuda, dense.POOLED_MAX_SEEDS - 1)
     assert not dense.pooled(cuda, dense.POOLED_MAX_SEEDS)
+
+
+@pytest.mark.parametrize("p,dtype", [(0.1, torch.float64), (0.7, torch.float32)])
+def test_tensors_kept_across_calls_are_not_torch_func_wrappers(monkeypatch, p, dtype):
+    """Before: a first call inside ``torch.func.jvp`` (nothing cached yet) made DropBlock's
+    scale map inside the transform and cached it: jvp's wrapper, without storage, so the fused
+    kernel's plan failed on it ("Cannot access data pointer"), and later calls would have read
+    a dead wrapper. The test passed in the suite only when another test had filled the caches."""
+    from plugdrop._kernels import blockdrop, geometry
+
+    geometry.scale_map.cache_clear()
+    monkeypatch.setattr(blockdrop, "_FUSED_PLANS", {})
+    monkeypatch.setattr(draws, "_CACHE", {})
+
+    def f(x):
+        with torch.random.fork_rng():
+            torch.manual_seed(5)
+            return drop_block(x, p, 3)
+
+    x = torch.randn(4, 6, 10, 10, dtype=dtype)
+    y, jv = torch.func.jvp(f, (x,), (torch.ones_like(x),))
+    assert torch.equal(y, f(x)) and torch.equal(jv, f(torch.ones_like(x)))
+    kept = [plan.scale for plan in blockdrop._FUSED_PLANS.values()]
+    for args in [(1.0 - p, (10, 10), (3, 3), torch.device("cpu"), torch.float32)]:
+        kept.append(geometry.scale_map(*args))
+    for t in kept:
+        assert t.data_ptr() != 0  # a wrapper has no storage: this raises
