@@ -38,7 +38,7 @@ from .images import AugmentedTensors, BadImageLog, ImageFiles, TorchvisionImages
 from .spec import DataSpec, check_tv_options, close_names, torchvision_names
 from .transforms import check_augment, make_transforms
 
-__all__ = ["BAD_IMAGES", "DataSets", "SPLIT_SEED", "VAL_SPLIT_NAMES", "build_datasets"]
+__all__ = ["BAD_IMAGES", "DataSets", "SPLIT_SEED", "VAL_SPLIT_NAMES", "build_datasets", "load_digits"]
 
 #: Seed of the fixed train/validation split of data sets that come as one pool of images.
 SPLIT_SEED = 1234
@@ -95,16 +95,34 @@ def _split_indices(n: int, val_fraction: float, where: str) -> tuple[list[int], 
     return perm[n_val:], perm[:n_val]
 
 
+def load_digits() -> tuple[Any, Any]:
+    """scikit-learn's bundled digits: ``(images, target)``, ``(1797, 8, 8)`` float64 and
+    ``(1797,)`` int. Read from the file scikit-learn ships (what its ``load_digits`` reads),
+    without importing ``sklearn.datasets`` (about 2 s, in every run's process); through
+    ``load_digits`` where that file is not found."""
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or spec.origin is None:
+        raise ConfigError("data: digits needs scikit-learn: pip install 'plugdrop[cli]'")
+    path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
+    if not path.is_file():  # pragma: no cover - another layout of scikit-learn
+        from sklearn.datasets import load_digits as sklearn_digits
+
+        d = sklearn_digits()
+        return d.images, d.target
+    data = np.loadtxt(path, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
 def _digits(image_size: int, val_fraction: float, augment: dict[str, Any] | None) -> DataSets:
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as e:  # pragma: no cover - scikit-learn is in the cli extra
-        raise ConfigError("data: digits needs scikit-learn: pip install 'plugdrop[cli]'") from e
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
+    images, target = load_digits()
+    x = torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
     x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
     x = x.expand(-1, 3, -1, -1).contiguous()
-    y = torch.tensor(d.target, dtype=torch.int64)
+    y = torch.tensor(target, dtype=torch.int64)
     g = torch.Generator().manual_seed(SPLIT_SEED)
     perm = torch.randperm(len(x), generator=g)
     n_val = max(1, int(round(len(x) * val_fraction)))
