@@ -51,6 +51,7 @@ def test_digits_default(digits):
     assert digits.bad_images() == 0
 
 
+@pytest.mark.slow
 def test_the_digits_are_scikit_learns_without_importing_its_datasets():
     """Read from the file scikit-learn ships, bit for bit its ``load_digits``; a run's process
     no longer imports ``sklearn.datasets`` (about 2 s of every job)."""

@@ -74,6 +74,7 @@ def _simulate(effects: dict[str, float], seed: int = 0) -> tuple[float, float, f
     return wrong / SIMS, float(np.mean(used)), better / (SIMS * len(effects))
 
 
+@pytest.mark.slow
 def test_legacy_no_effect_false_verdicts_stay_at_alpha_under_repeated_looks():
     rate, _, _ = _simulate({v: 0.0 for v in VARIANTS})
     bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / SIMS)

@@ -455,6 +455,7 @@ def test_summary_table(net):
 # ---------------------------------------------------------------------- compiled models
 
 
+@pytest.mark.slow
 def test_attach_and_remove_after_compile_take_effect(net):
     torch._dynamo.reset()
     net.train()

@@ -26,6 +26,7 @@ def _frames():
     return counters["frames"].get("total", 0), sum(counters["graph_break"].values())
 
 
+@pytest.mark.slow
 def test_inductor_follows_a_schedule_compiling_once():
     torch._dynamo.reset()
     m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))

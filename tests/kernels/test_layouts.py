@@ -115,6 +115,7 @@ def test_other_logical_layouts_in_any_memory_order(layout):
         _assert_same(draws)
 
 
+@pytest.mark.slow
 def test_compiled_dropblock_draws_the_same_mask_in_every_memory_layout():
     torch._dynamo.reset()
     m = nn.Sequential(nn.Identity()).train()

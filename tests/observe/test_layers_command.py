@@ -42,6 +42,7 @@ def test_a_model_given_other_channels_says_how_many_it_takes(capsys):
     assert "RuntimeError" in err and "it takes 3 input channels: --input-size 3 16 16" in err
 
 
+@pytest.mark.slow
 def test_a_torchvision_detection_model_builds_offline(capsys, monkeypatch):
     pytest.importorskip("torchvision")
 
