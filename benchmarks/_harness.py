@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import random
 import statistics
@@ -9,6 +10,9 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn as nn
+
+import plugdrop as pd
 
 
 def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
@@ -76,3 +80,13 @@ def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(seen.values())
+
+
+def drop_path_model(bare: nn.Module, x: torch.Tensor, rate: float, skip: bool) -> nn.Module:
+    """A copy of ``bare`` with DropPath on every residual branch, rates rising from 0 to
+    ``rate`` by depth (timm's ``drop_path_rate`` rule), ``skip_compute=skip``."""
+    model = copy.deepcopy(bare).train()
+    pd.residual_branches(model, x[:2])
+    pd.attach(model, "residual:", pd.DropPath(pd.by_depth(0.0, rate, by="parent"),
+                                                skip_compute=skip))
+    return model

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import plugdrop as pd
-from _harness import interleaved
+from _harness import drop_path_model, interleaved
 from _harness import record as _record
 from plugdrop._kernels import dense
 
@@ -208,14 +208,6 @@ def test_resnet50_train_step(benchmark):
     benchmark.pedantic(fns["plugdrop"], rounds=2, iterations=1)
 
 
-def _droppath(bare: nn.Module, x: torch.Tensor, rate: float, skip: bool) -> nn.Module:
-    model = copy.deepcopy(bare).train()
-    pd.residual_branches(model, x[:2])
-    pd.attach(model, "residual:", pd.DropPath(pd.by_depth(0.0, rate, by="parent"),
-                                                skip_compute=skip))
-    return model
-
-
 @pytest.mark.parametrize("name,batch", [("vit_base_patch16_224", 64),
                                         ("convnext_tiny", 64)])
 def test_droppath_train_step(benchmark, name, batch):
@@ -228,9 +220,9 @@ def test_droppath_train_step(benchmark, name, batch):
     bare = timm.create_model(name, pretrained=False).cuda().train()
     theirs = timm.create_model(name, pretrained=False, drop_path_rate=0.2).cuda().train()
     fns = {"bare": _step(bare, x, y), "timm drop_path_rate 0.2": _step(theirs, x, y),
-           "plain DropPath 0.2": _step(_droppath(bare, x, 0.2, False), x, y),
-           "skip_compute 0.2": _step(_droppath(bare, x, 0.2, True), x, y),
-           "skip_compute 0.4": _step(_droppath(bare, x, 0.4, True), x, y)}
+           "plain DropPath 0.2": _step(drop_path_model(bare, x, 0.2, False), x, y),
+           "skip_compute 0.2": _step(drop_path_model(bare, x, 0.2, True), x, y),
+           "skip_compute 0.4": _step(drop_path_model(bare, x, 0.4, True), x, y)}
     med = _timed(fns, reps=3, budget_s=8.0, min_rounds=11, max_rounds=30)
     note = "; ".join(f"{k}: {med[k] / med['bare']:.3f}x bare" for k in fns if k != "bare")
     record(benchmark, f"CUDA {name} train step, batch {batch}, 224 px, bf16", med,

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 import plugdrop as pd
-from _harness import interleaved, record
+from _harness import drop_path_model, interleaved, record
 
 timm = pytest.importorskip("timm")
 
@@ -77,14 +77,6 @@ def _step(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
     return run
 
 
-def _regularized(bare: nn.Module, x: torch.Tensor, rate: float, skip: bool) -> nn.Module:
-    model = copy.deepcopy(bare).train()
-    pd.residual_branches(model, x[:2])
-    pd.attach(model, "residual:", pd.DropPath(pd.by_depth(0.0, rate, by="parent"),
-                                                skip_compute=skip))
-    return model
-
-
 def _dropped(model: nn.Module, rate: float) -> float:
     """The mean rate over the model's residual branches: the fraction of their samples
     dropped, so of their compute skipped."""
@@ -101,10 +93,10 @@ def _compare(benchmark, case: str, name: str, size: int, batch: int, rates: list
     y = torch.randint(0, 100, (batch,))
     fns = {"bare": _step(bare, x, y)}
     if plain_at is not None:
-        fns[f"plain DropPath {plain_at}"] = _step(_regularized(bare, x, plain_at, False), x, y)
+        fns[f"plain DropPath {plain_at}"] = _step(drop_path_model(bare, x, plain_at, False), x, y)
     dropped = {}
     for rate in rates:
-        model = _regularized(bare, x, rate, True)
+        model = drop_path_model(bare, x, rate, True)
         dropped[rate] = _dropped(model, rate)
         fns[f"skip_compute {rate}"] = _step(model, x, y)
     quiet = Quiet()
