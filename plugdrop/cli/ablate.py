@@ -123,6 +123,13 @@ def run(args: argparse.Namespace) -> int:
                               f"without torchrun; --nproc-per-run N runs torchrun inside "
                               f"each job")
         config.check_gpus(cfg, launcher.name, opts.gpus_per_run)
+        if launcher.name == "processes" and rank == 0:
+            import torch
+
+            idle = config.gpus_left_idle(cfg, launcher.name, opts.gpus_per_run,
+                                         torch.cuda.device_count())
+            if idle is not None:
+                print(f"plugdrop ablate: {idle}", file=sys.stderr, flush=True)
         if cfg.program is not None:
             _check_program(cfg, world, opts.nproc_per_run)
         else:

@@ -37,7 +37,7 @@ def _say(line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..ablate.errors import ConfigError, Exit, Fault, one_line
-    from ..ablate.config import check_gpus
+    from ..ablate.config import check_gpus, gpus_left_idle
     from ..ablate.launch import make_launcher, options
     from ..ablate.runner import resume_command
     from ..ablate.search import load_search, require_optuna, run_search
@@ -51,6 +51,13 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out or sc.base.out)
         launcher = make_launcher(args.launcher, options.from_args(args))
         check_gpus(sc.base, launcher.name, options.from_args(args).gpus_per_run)
+        if launcher.name == "processes":
+            import torch
+
+            idle = gpus_left_idle(sc.base, launcher.name, options.from_args(args).gpus_per_run,
+                                  torch.cuda.device_count())
+            if idle is not None:
+                _say(idle)
         d = setup_distributed(resolve_device(sc.base.device, sc.base.loc("device")))
         outcome = run_search(sc, out=out, resume=args.resume, d=d, launcher=launcher,
                              options=options.from_args(args))

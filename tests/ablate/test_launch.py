@@ -369,3 +369,19 @@ def test_a_cuda_device_needs_gpus_in_every_launchers_jobs(tmp_path, launcher):
     config.check_gpus(cfg, "local", 0)  # the driver's own device: checked where it trains
     auto = config.load(write(tmp_path, CFG.replace("device: cpu", "device: auto")))
     config.check_gpus(auto, launcher, 0)
+
+
+def test_device_auto_on_a_gpu_machine_without_gpus_per_run_says_so(tmp_path):
+    """``device: auto`` through ``--launcher processes`` with ``--gpus-per-run 0`` on a machine
+    with GPUs: one notice that the runs train on the CPU (before: not a word)."""
+    from plugdrop.ablate import config
+
+    auto = config.load(write(tmp_path, CFG.replace("device: cpu", "device: auto")))
+    notice = config.gpus_left_idle(auto, "processes", 0, 2)
+    assert notice is not None and "this machine has 2 GPUs" in notice
+    assert "the runs train on the CPU (add --gpus-per-run 1" in notice
+    assert config.gpus_left_idle(auto, "processes", 1, 2) is None
+    assert config.gpus_left_idle(auto, "processes", 0, 0) is None
+    assert config.gpus_left_idle(auto, "submitit", 0, 2) is None  # its jobs run elsewhere
+    cpu = config.load(write(tmp_path, CFG))
+    assert config.gpus_left_idle(cpu, "processes", 0, 2) is None

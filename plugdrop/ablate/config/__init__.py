@@ -21,7 +21,7 @@ from .schema import AblationConfig, Setting, settings, unhashed
 from .spending import DEFAULT_SPENDING, Spending
 from .stored import (CONFIG_FILE, DESIGN_SETTINGS, as_recorded, legacy_design, load_settings,
                      load_stored, restore, save_config, stored)
-from .together import batch_per_process, check_classes, check_gpus, check_shard
+from .together import batch_per_process, check_classes, check_gpus, check_shard, gpus_left_idle
 from .types import CompileSpec, GradCamSpec, Interval, SeedPlan
 from .values import build_value, schedule_names, transform_names
 from .variants import VARIANT_NAME, Variant
@@ -31,6 +31,6 @@ __all__ = ["AUTO", "AblationConfig", "Attachment", "BEGIN_MARK", "CONFIG_FILE", 
            "Interval", "METRICS", "Metric", "Override", "PASSING", "PLACEHOLDERS", "ProgramSpec", "SeedPlan", "Setting",
            "Spending", "VARIANT_NAME", "Variant", "as_recorded", "batch_per_process",
            "build_value", "check_classes", "check_gpus", "check_shard", "flag",
-           "flag_name", "legacy_design", "load", "load_settings", "load_stored", "loads", "parse", "parse_overrides", "reference",
+           "flag_name", "gpus_left_idle", "legacy_design", "load", "load_settings", "load_stored", "loads", "parse", "parse_overrides", "reference",
            "restore", "save_config", "schedule_names", "settings", "stored", "transform_names",
            "unhashed"]

@@ -9,7 +9,8 @@ from ..errors import ConfigError
 from .metrics import AUTO, METRICS
 from .schema import AblationConfig
 
-__all__ = ["batch_per_process", "check_classes", "check_gpus", "check_shard", "check_together"]
+__all__ = ["batch_per_process", "check_classes", "check_gpus", "check_shard", "check_together",
+           "gpus_left_idle"]
 
 
 def check_together(cfg: AblationConfig) -> None:
@@ -76,6 +77,18 @@ def check_gpus(cfg: AblationConfig, launcher: str, gpus_per_run: int) -> None:
                           f"{launcher} gives each run's job the GPUs of --gpus-per-run, 0 by "
                           f"default: add --gpus-per-run 1 (or device: auto, which trains "
                           f"on the CPU in a job without GPUs)")
+
+
+def gpus_left_idle(cfg: AblationConfig, launcher: str, gpus_per_run: int,
+                   gpus_here: int) -> str | None:
+    """The notice for ``device: auto`` through ``--launcher processes`` with no GPUs per run
+    on a machine that has ``gpus_here``: every job would train on the CPU without a word.
+    ``None`` where nothing is left idle (the other launchers' jobs run on other machines)."""
+    if launcher != "processes" or gpus_per_run or gpus_here == 0 or cfg.device != "auto":
+        return None
+    return (f"device: auto, and this machine has {gpus_here} GPU{'s' if gpus_here > 1 else ''}, "
+            f"but --launcher processes gives each run's job --gpus-per-run GPUs, 0 by "
+            f"default: the runs train on the CPU (add --gpus-per-run 1 to train on the GPUs)")
 
 
 def batch_per_process(cfg: AblationConfig, world: int) -> int:
