@@ -14,6 +14,7 @@ import yaml
 
 from ..report.html import STYLE
 from .plots import plot_confirmation, plot_history, plot_importance, plot_values
+from .results import against
 
 __all__ = ["render", "summary_line"]
 
@@ -57,7 +58,7 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     if conf is None or not conf.get("complete"):
         return text + "; its confirmation on fresh seeds is not finished"
     iv = conf["interval"]
-    return (f"{text}; confirmed on {conf['n']} fresh seeds: {conf['verdict']} than the baseline "
+    return (f"{text}; confirmed on {conf['n']} fresh seeds: {against(conf['verdict'])} "
             f"({_n(iv['mean'])} [{_n(iv['low'])}, {_n(iv['high'])}])")
 
 

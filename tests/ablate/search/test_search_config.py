@@ -113,3 +113,20 @@ def test_the_example_search_loads():
     sc = load_search(Path(__file__).resolve().parents[3] / "examples" / "search.yaml")
     assert [d.name for d in sc.spec.dimensions] == ["layers", "transform", "p"]
     assert sc.spec.budget == 60 and sc.spec.parallel == 2
+
+
+@pytest.mark.parametrize("verdict,said", [
+    ("better", "better than the baseline"), ("equivalent", "equivalent to the baseline"),
+    ("inconclusive", "inconclusive against the baseline")])
+def test_the_confirmation_is_said_in_words_for_every_verdict(verdict, said):
+    """Before: "inconclusive than the baseline" in the summary, the page and best.yaml."""
+    from plugdrop.ablate.search.report import summary_line
+    from plugdrop.ablate.search.results import best_yaml
+
+    doc = {"candidates": [{}, {}], "runs": 12,
+           "best": {"candidate": "c001", "estimate": {"mean": 0.01, "n": 3},
+                    "attachments": [{"layers": "layer3.*", "transform": "Dropout", "p": 0.1}]},
+           "confirmation": {"complete": True, "n": 3, "verdict": verdict, "seeds": [3, 4, 5],
+                            "interval": {"mean": 0.01, "low": -0.001, "high": 0.02}}}
+    assert f"confirmed on 3 fresh seeds: {said} (+0.01" in summary_line(doc)
+    assert f"confirmed {said} on seeds [3, 4, 5]" in best_yaml(doc).decode()
