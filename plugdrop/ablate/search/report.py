@@ -14,9 +14,8 @@ import yaml
 
 from ..report.html import STYLE
 from .plots import plot_confirmation, plot_history, plot_importance, plot_values
-from .results import against
 
-__all__ = ["render", "summary_line"]
+__all__ = ["against", "render", "summary_line"]
 
 
 def _e(value: Any) -> str:
@@ -44,6 +43,14 @@ def _sampler(s: Mapping[str, Any]) -> str:
     options = ", ".join(f"{k} {_v(v)}" for k, v in s.items() if k not in ("name", "seed"))
     text = str(s.get("name", "?")).upper() + (f" ({options})" if options else "")
     return text if s.get("seed") is None else f"{text}, seed {s['seed']}"
+
+
+def against(verdict: str) -> str:
+    """A verdict said of the best against the baseline: ``better than the baseline``,
+    ``equivalent to the baseline``, ``inconclusive against the baseline``."""
+    if verdict in ("better", "worse"):
+        return f"{verdict} than the baseline"
+    return f"{verdict} {'to' if verdict == 'equivalent' else 'against'} the baseline"
 
 
 def summary_line(doc: Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ from ..config.locations import plain
 from .race import Candidate, Step
 from .setup import SearchConfig
 
-__all__ = ["FORMAT", "against", "estimate", "search_json", "write_results"]
+__all__ = ["FORMAT", "estimate", "search_json", "write_results"]
 
 #: the version of ``search.json``'s layout
 FORMAT = 1
@@ -89,16 +89,10 @@ def search_json(sc: SearchConfig, step: Step, attachments: Mapping[int, Any],
     }
 
 
-def against(verdict: str) -> str:
-    """A verdict said of the best against the baseline: ``better than the baseline``,
-    ``equivalent to the baseline``, ``inconclusive against the baseline``."""
-    if verdict in ("better", "worse"):
-        return f"{verdict} than the baseline"
-    return f"{verdict} {'to' if verdict == 'equivalent' else 'against'} the baseline"
-
-
 def best_yaml(doc: Mapping[str, Any]) -> bytes | None:
     """``best.yaml``: the winner's attachments, with what the search said of it."""
+    from .report import against
+
     best, conf = doc.get("best"), doc.get("confirmation")
     if best is None:
         return None
