@@ -10,7 +10,6 @@ in the installed torch, so a rename fails a test instead of silently disabling a
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 

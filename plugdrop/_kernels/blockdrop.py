@@ -167,11 +167,11 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     else:
         keep = ~dense.block_dropped(b, channels, sizes, blocks, gamma, view.device)
     if rescale == "expected":
-        scale = geometry.broadcast_scale(scale, tuple(keep.shape[2:]))
         if view.device.type != "cpu":
-            # MaskMul selects from the scale, then casts to x's dtype: casting the small map
-            # first gives the same values without a full-size float32 multiplier.
-            scale = scale.to(view.dtype)
+            # MaskMul selects from the scale, then casts to x's dtype: the map cast first
+            # gives the same values without a full-size float32 multiplier.
+            scale = geometry.scale_map_as(q, sizes, blocks, view.device, view.dtype)
+        scale = geometry.broadcast_scale(scale, tuple(keep.shape[2:]))
     elif rescale == "count":
         # The paper's normalization over the whole tensor (a mask broadcast over channels or
         # whole axes has the same kept ratio).

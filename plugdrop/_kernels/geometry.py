@@ -119,6 +119,16 @@ def coverage_map(sizes: tuple[int, ...], blocks: tuple[int, ...], device) -> tor
         out = out * c
     return out
 
+@functools.lru_cache(maxsize=64)
+def scale_map_as(q: float, sizes: tuple[int, ...], blocks: tuple[int, ...],
+                 device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`scale_map` in float32, cast to ``dtype`` (the values a float32 multiplier cast to
+    ``dtype`` has), cached: an accelerator's mask multiplies in the input's dtype without a
+    cast at every call."""
+    with _compat.constants():
+        return scale_map(q, sizes, blocks, device, torch.float32).to(dtype)
+
+
 def broadcast_scale(scale: torch.Tensor, mask_sizes: tuple[int, ...]) -> torch.Tensor:
     """Cut a scale map down to the axes a :func:`block_dropped` mask keeps (an axis of size 1
     in the mask has a constant scale, the block spanning it)."""

@@ -86,7 +86,7 @@ def _overrides(args: argparse.Namespace) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     from ..ablate import config, runs
     from ..ablate.errors import ConfigError, Exit, Fault
-    from ..ablate.launch import make_launcher, options
+    from ..ablate.launch import gpus_for_jobs, make_launcher, options
     from ..ablate.report import Rebuilder
     from ..ablate.runner import resume_command, run_ablation
     from ..ablate.train import resolve_device, setup_distributed, world_from_env
@@ -122,14 +122,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--launcher {args.launcher}: start plugdrop ablate itself "
                               f"without torchrun; --nproc-per-run N runs torchrun inside "
                               f"each job")
-        config.check_gpus(cfg, launcher.name, opts.gpus_per_run)
-        if launcher.name == "processes" and rank == 0:
-            import torch
-
-            idle = config.gpus_left_idle(cfg, launcher.name, opts.gpus_per_run,
-                                         torch.cuda.device_count())
-            if idle is not None:
-                print(f"plugdrop ablate: {idle}", file=sys.stderr, flush=True)
+        idle = gpus_for_jobs(cfg, launcher.name, opts)
+        if idle is not None and rank == 0:
+            print(f"plugdrop ablate: {idle}", file=sys.stderr, flush=True)
         if cfg.program is not None:
             _check_program(cfg, world, opts.nproc_per_run)
         else:

@@ -37,8 +37,7 @@ def _say(line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..ablate.errors import ConfigError, Exit, Fault, one_line
-    from ..ablate.config import check_gpus, gpus_left_idle
-    from ..ablate.launch import make_launcher, options
+    from ..ablate.launch import gpus_for_jobs, make_launcher, options
     from ..ablate.runner import resume_command
     from ..ablate.search import load_search, require_optuna, run_search
     from ..ablate.search.report import summary_line
@@ -49,18 +48,14 @@ def run(args: argparse.Namespace) -> int:
         require_optuna()
         sc = load_search(args.config)
         out = Path(args.out or sc.base.out)
-        launcher = make_launcher(args.launcher, options.from_args(args))
-        check_gpus(sc.base, launcher.name, options.from_args(args).gpus_per_run)
-        if launcher.name == "processes":
-            import torch
-
-            idle = gpus_left_idle(sc.base, launcher.name, options.from_args(args).gpus_per_run,
-                                  torch.cuda.device_count())
-            if idle is not None:
-                _say(idle)
+        opts = options.from_args(args)
+        launcher = make_launcher(args.launcher, opts)
+        idle = gpus_for_jobs(sc.base, launcher.name, opts)
+        if idle is not None:
+            _say(idle)
         d = setup_distributed(resolve_device(sc.base.device, sc.base.loc("device")))
         outcome = run_search(sc, out=out, resume=args.resume, d=d, launcher=launcher,
-                             options=options.from_args(args))
+                             options=opts)
     except KeyboardInterrupt:
         _say("interrupted before any run trained")
         return Exit.SIGNAL + 2

@@ -504,3 +504,12 @@ def test_tensors_kept_across_calls_are_not_torch_func_wrappers(monkeypatch, p, d
         kept.append(geometry.scale_map(*args))
     for t in kept:
         assert t.data_ptr() != 0  # a wrapper has no storage: this raises
+
+
+def test_the_scale_map_in_the_inputs_dtype_is_the_float32_one_cast_and_cached():
+    from plugdrop._kernels import geometry
+
+    args = (0.93, (14, 14), (7, 7), torch.device("cpu"))
+    got = geometry.scale_map_as(*args, torch.bfloat16)
+    assert torch.equal(got, geometry.scale_map(*args, torch.float32).to(torch.bfloat16))
+    assert geometry.scale_map_as(*args, torch.bfloat16) is got

@@ -38,7 +38,8 @@ from .images import AugmentedTensors, BadImageLog, ImageFiles, TorchvisionImages
 from .spec import DataSpec, check_tv_options, close_names, torchvision_names
 from .transforms import check_augment, make_transforms
 
-__all__ = ["BAD_IMAGES", "DataSets", "SPLIT_SEED", "VAL_SPLIT_NAMES", "build_datasets", "load_digits"]
+__all__ = ["BAD_IMAGES", "DataSets", "SPLIT_SEED", "VAL_SPLIT_NAMES", "build_datasets",
+           "load_digits"]
 
 #: Seed of the fixed train/validation split of data sets that come as one pool of images.
 SPLIT_SEED = 1234

@@ -17,7 +17,7 @@ cluster): the run folders are the only channel between the driver and the jobs.
 from .driver import Outcome, drive
 from .options import LaunchOptions
 from .protocol import Job, JobEnd, LaunchContext, Launcher, View
-from .registry import LAUNCHERS, make_launcher, require, takers
+from .registry import LAUNCHERS, gpus_for_jobs, make_launcher, require, takers
 
 __all__ = ["LAUNCHERS", "Job", "JobEnd", "LaunchContext", "LaunchOptions", "Launcher",
-           "Outcome", "View", "drive", "make_launcher", "require", "takers"]
+           "Outcome", "View", "drive", "gpus_for_jobs", "make_launcher", "require", "takers"]

@@ -7,11 +7,12 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 
+from ..config import AblationConfig
 from ..errors import ConfigError
 from . import options as O
 from .protocol import Launcher
 
-__all__ = ["LAUNCHERS", "Entry", "make_launcher", "require", "takers"]
+__all__ = ["LAUNCHERS", "Entry", "gpus_for_jobs", "make_launcher", "require", "takers"]
 
 _PER_RUN = ("cpus_per_run", "gpus_per_run", "nproc_per_run", "max_parallel", "max_retries")
 
@@ -81,3 +82,18 @@ def make_launcher(name: str, options: O.LaunchOptions) -> Launcher:
     module = importlib.import_module(f"{__package__}.{e.module}")
     launcher: Launcher = getattr(module, e.cls)(options)
     return launcher
+
+
+def gpus_for_jobs(cfg: AblationConfig, launcher: str, options: O.LaunchOptions) -> str | None:
+    """The GPUs each job of ``launcher`` gets, against the config's device: a CUDA device with
+    none raises :class:`ConfigError` (:func:`~..config.check_gpus`); ``device: auto`` whose
+    processes leave this machine's GPUs idle gives the notice to print
+    (:func:`~..config.gpus_left_idle`); else ``None``."""
+    from ..config import check_gpus, gpus_left_idle
+
+    check_gpus(cfg, launcher, options.gpus_per_run)
+    if launcher != "processes":
+        return None
+    import torch
+
+    return gpus_left_idle(cfg, launcher, options.gpus_per_run, torch.cuda.device_count())
