@@ -4,9 +4,10 @@ a fixed seed, and the command line's ``--help`` texts, so both show what the cod
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -55,27 +56,38 @@ def draw_masks(path: Path) -> None:
     plt.close(fig)
 
 
-#: the commands whose help the command-line reference shows: file name -> arguments
+#: the commands whose help the command-line reference shows: file name -> (module, arguments)
 COMMANDS = {
-    "plugdrop": ["-m", "plugdrop"],
-    "ablate": ["-m", "plugdrop", "ablate"],
-    "report": ["-m", "plugdrop", "report"],
-    "plan": ["-m", "plugdrop", "plan"],
-    "search": ["-m", "plugdrop", "search"],
-    "layers": ["-m", "plugdrop", "layers"],
-    "worker": ["-m", "plugdrop.ablate.worker"],
+    "plugdrop": ("plugdrop.cli", []),
+    "ablate": ("plugdrop.cli", ["ablate"]),
+    "report": ("plugdrop.cli", ["report"]),
+    "plan": ("plugdrop.cli", ["plan"]),
+    "search": ("plugdrop.cli", ["search"]),
+    "layers": ("plugdrop.cli", ["layers"]),
+    "worker": ("plugdrop.ablate.worker", []),
 }
 
 
 def write_help(folder: Path) -> None:
-    """``help-<name>.txt``: each command's ``--help`` at 100 columns."""
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "COLUMNS": "100",
-           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    for name, args in COMMANDS.items():
-        out = subprocess.run([sys.executable, *args, "--help"], capture_output=True, text=True,
-                             env=env, timeout=120, check=True)
-        (folder / f"help-{name}.txt").write_text(out.stdout)
+    """``help-<name>.txt``: each command's ``--help`` at 100 columns, as ``python -m`` prints
+    it (its ``main`` called here: one import of plugdrop, not one interpreter per command)."""
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse's width
+    try:
+        for name, (module, args) in COMMANDS.items():
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    importlib.import_module(module).main([*args, "--help"])
+                except SystemExit as e:
+                    if e.code not in (0, None):
+                        raise RuntimeError(f"{module} {args} --help exited {e.code}") from None
+            (folder / f"help-{name}.txt").write_text(out.getvalue())
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
 
 
 def _build(app: object) -> None:

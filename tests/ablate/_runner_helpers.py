@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,15 +63,100 @@ def env() -> dict[str, str]:
                 OMP_NUM_THREADS="1")
 
 
-def cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    """``python -m plugdrop ARGS`` in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "plugdrop", *args], capture_output=True,
-                          text=True, env=env(), timeout=kw.pop("timeout", 300), **kw)
+_env = env
 
 
-def popen(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "plugdrop", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env())
+# The drivers these tests start are forked from the warm server of --launcher processes
+# (plugdrop.ablate.launch.warm), which then also holds what a driver imports: a driver starts
+# in a fraction of a second, not the ~10 s of CPU a fresh interpreter spends importing torch,
+# timm, scipy and matplotlib. (test_wheel, test_architecture and the docs start fresh ones.)
+_DRIVER = ["plugdrop.cli", "plugdrop.cli.ablate", "plugdrop.ablate.report",
+           "plugdrop.ablate.launch.driver", "plugdrop.ablate.search"]
+_OUTPUT = Path(tempfile.mkdtemp(prefix="plugdrop-tests-"))
+atexit.register(shutil.rmtree, _OUTPUT, True)
+
+
+def _warm():
+    from plugdrop.ablate.launch import warm
+
+    warm.preload(*_DRIVER)
+    return warm if warm.enabled() else None
+
+
+class Driver:
+    """``python -m plugdrop ARGS`` forked from the warm server: the calls of a text-mode
+    :class:`subprocess.Popen` with piped stdout and stderr that the tests make (``stdout`` and
+    ``stderr`` read the output so far; :meth:`communicate` what is left)."""
+
+    _count = 0
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path | None = None,
+                 module: str = "plugdrop", merged: bool = False) -> None:
+        warm = _warm()
+        Driver._count += 1
+        base = _OUTPUT / f"{os.getpid()}-{Driver._count}"
+        out, err = base.with_suffix(".out"), base.with_suffix(".err")
+        err = out if merged else err
+        out.touch()
+        err.touch()
+        self.args = [sys.executable, "-m", module, *args]
+        self._job = warm.spawn(module, args, env=env, stdout=out, stderr=err, cwd=cwd)
+        self.pid = self._job.pid
+        self.stdout = out.open(errors="replace")
+        self.stderr = None if merged else err.open(errors="replace")
+
+    @property
+    def returncode(self) -> int | None:
+        return self._job.poll()
+
+    def poll(self) -> int | None:
+        return self._job.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._job.wait(timeout)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self._job.wait(timeout)
+        out, err = self.stdout.read(), self.stderr.read() if self.stderr else None
+        for f in (self.stdout, self.stderr):
+            if f is not None:
+                f.close()
+        return out, err  # type: ignore[return-value]
+
+    def send_signal(self, signum: int) -> None:
+        self._job.send_signal(signum)
+
+    def terminate(self) -> None:
+        self._job.terminate()
+
+    def kill(self) -> None:
+        self._job.kill()
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+        timeout: float = 300, module: str = "plugdrop") -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` (default: ``plugdrop``) run to its end in a process of its
+    own (forked warm where it can be), as :func:`subprocess.run` with ``capture_output``."""
+    proc = popen(*args, env=env, cwd=cwd, module=module)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, int(proc.returncode or 0), out, err)
+
+
+def popen(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+          module: str = "plugdrop", merged: bool = False) -> Driver | subprocess.Popen:
+    """``python -m MODULE ARGS`` (default: ``plugdrop``) started in a session of its own
+    (``env``: default :func:`env`), stdout and stderr piped (``merged``: stderr into stdout):
+    forked from the warm server where the platform has one, else a fresh interpreter."""
+    env = _env() if env is None else env
+    if _warm() is not None:
+        return Driver(list(args), env, cwd, module, merged)
+    return subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
+                            env=env, cwd=cwd, start_new_session=True)
 
 
 def reference_ablation(tmp: Path, text: str) -> Path:
@@ -114,25 +201,31 @@ def reference(tmp_path_factory) -> Callable[[str], Path]:
     return get
 
 
+_RAY: list = []  # the cluster this process started: one for all its tests
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A local Ray cluster on this machine's 2 CPUs (jobs import the worktree and tinynet);
-    skips where the ray extra is missing or a cluster cannot start. (A module imports it to
-    use it: a second ``conftest.py`` would shadow the suite's, which tests import by name.)"""
+    """A local Ray cluster on this machine's 2 CPUs (jobs import the worktree and tinynet),
+    started once per test process and shut down when it exits (Ray's workers stay warm between
+    modules); skips where the ray extra is missing or a cluster cannot start. (A module imports
+    it to use it: a second ``conftest.py`` would shadow the suite's, which tests import by
+    name.)"""
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-    old = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
-    os.environ.update({k: v for k, v in env().items() if k in old})
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    except Exception as e:  # pragma: no cover - depends on the machine
-        pytest.skip(f"a local Ray cluster cannot start here: {type(e).__name__}: {e}")
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    if not _RAY:
+        old = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
+        os.environ.update({k: v for k, v in env().items() if k in old})
+        try:  # the cluster's processes take the environment now; ours is restored after
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        except Exception as e:  # pragma: no cover - depends on the machine
+            pytest.skip(f"a local Ray cluster cannot start here: {type(e).__name__}: {e}")
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        _RAY.append(ray)
+        atexit.register(ray.shutdown)
+    yield ray

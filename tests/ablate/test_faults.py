@@ -26,7 +26,7 @@ import pytest
 import torch
 from _gen import image_folder, write_png
 from _runner_helpers import (  # noqa: F401 (reference: a fixture)
-    SMALL, env, reference, reference_ablation, write)
+    SMALL, Driver, env, popen, reference, reference_ablation, write)
 
 from plugdrop.ablate.errors import Exit
 from plugdrop.cli import main
@@ -41,8 +41,12 @@ def rows(out: Path) -> list[dict[str, str]]:
             for r in csv.DictReader((out / "results.csv").open())]
 
 
-def start(*args: str, fsize: int | None = None) -> subprocess.Popen:
-    """``plugdrop ARGS`` in a subprocess (one torch thread), under a file-size limit."""
+def start(*args: str, fsize: int | None = None) -> subprocess.Popen | Driver:
+    """``plugdrop ARGS`` in a process of its own (one torch thread), under a file-size limit
+    (a fresh interpreter: the limit is set before it starts)."""
+    if fsize is None:
+        return popen(*args)
+
     def limit() -> None:
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
@@ -51,7 +55,7 @@ def start(*args: str, fsize: int | None = None) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=env(), preexec_fn=limit)
 
 
-def finish(proc: subprocess.Popen) -> tuple[int, str]:
+def finish(proc: subprocess.Popen | Driver) -> tuple[int, str]:
     _, err = proc.communicate(timeout=300)
     return proc.returncode, err
 
@@ -70,7 +74,7 @@ def no_failed_runs(out: Path) -> None:
     assert not list(out.rglob("failed.json"))
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+def wait_for(path: Path, proc: subprocess.Popen | Driver, timeout: float = 240) -> None:
     t0 = time.monotonic()
     while not path.exists():
         assert proc.poll() is None, proc.stderr.read()[-3000:] if proc.stderr else ""

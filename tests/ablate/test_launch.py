@@ -11,14 +11,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from _runner_helpers import (  # noqa: F401 (ray_cluster: a fixture)
-    SMALL, env, popen, ray_cluster, reference, write)
+    SMALL, cli, popen, ray_cluster, reference, write)
 
 from plugdrop.cli import main
 
@@ -217,6 +216,17 @@ def test_ray_local_killed_worker_is_retried_and_resumes(tmp_path, ref, capsys):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
+def test_an_address_that_does_not_answer_is_refused_while_connected(tmp_path, capsys):
+    """``--address`` names the cluster to use: refused when it does not answer, although this
+    process is connected to another one (before: that one trained the runs, unsaid)."""
+    assert main(["ablate", str(write(tmp_path, CFG)), "--out", str(tmp_path / "o"),
+                 "--launcher", "ray", "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "--address 127.0.0.1:1: no Ray cluster answers there" in err
+    assert err.count("\n") == 1 and not (tmp_path / "o" / "runs").exists()
+
+
+@pytest.mark.usefixtures("ray_cluster")
 def test_ray_waits_for_a_run_another_process_trains(tmp_path, capsys):
     """A run whose lock another process holds (an earlier driver's job, a shard) is not trained
     twice: its task returns at once, the driver waits for the lock, then submits it again."""
@@ -278,16 +288,13 @@ def test_worker_entry_point_runs_one_run(tmp_path, ref):
     out = tmp_path / "out"
     shutil.copytree(ref, out)
     shutil.rmtree(out / "runs" / "dropblock__s1")
-    run = [sys.executable, "-m", "plugdrop.ablate.worker", str(out)]
-    proc = subprocess.run(run + ["dropblock__s1"], capture_output=True, text=True, env=env(),
-                          timeout=300)
+    worker = "plugdrop.ablate.worker"
+    proc = cli(str(out), "dropblock__s1", module=worker)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert table(out) == table(ref) and rows(out) == rows(ref)
-    again = subprocess.run(run + ["dropblock__s1"], capture_output=True, text=True, env=env(),
-                           timeout=300)
+    again = cli(str(out), "dropblock__s1", module=worker)
     assert again.returncode == 0 and len(attempts(out, "dropblock__s1")) == 1
-    bad = subprocess.run(run + ["nope__s0"], capture_output=True, text=True, env=env(),
-                         timeout=300)
+    bad = cli(str(out), "nope__s0", module=worker)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "no run 'nope__s0' in this ablation" in bad.stderr
 
@@ -302,10 +309,9 @@ def test_data_parallel_run_through_torchrun_inside_a_submitit_job(tmp_path):
     text = CFG.replace("epochs: 3", "epochs: 1").replace("seeds: [0, 1]", "seeds: [0]").replace(
         "  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, p: 0.1, "
         "block_size: 3}\n", "")
-    proc = subprocess.run([sys.executable, "-m", "plugdrop", "ablate", str(write(tmp_path, text)),
-                           "--out", str(out), "--launcher", "submitit", "--slurm-cluster",
-                           "local", "--nproc-per-run", "2", "--cpus-per-run", "2"],
-                          capture_output=True, text=True, env=env(), timeout=300)
+    proc = cli("ablate", str(write(tmp_path, text)), "--out", str(out), "--launcher",
+               "submitit", "--slurm-cluster", "local", "--nproc-per-run", "2",
+               "--cpus-per-run", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "runs" / "baseline__s0" / "metrics.jsonl")
             .read_text().splitlines()]

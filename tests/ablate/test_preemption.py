@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from _gen import image_folder
-from _runner_helpers import env, reference, write  # noqa: F401 (reference: a fixture)
+from _runner_helpers import (  # noqa: F401 (reference: a fixture)
+    Driver, env, popen, reference, write)
 
 from plugdrop.ablate import config
 from plugdrop.ablate.train import signals
@@ -173,13 +174,11 @@ variants:
 # --------------------------------------------------------------------------- real signals
 
 
-def start(cfg: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "plugdrop", "ablate", str(cfg), "--out",
-                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env())
+def start(cfg: Path, out: Path) -> subprocess.Popen | Driver:
+    return popen("ablate", str(cfg), "--out", str(out))
 
 
-def first_mid_epoch_checkpoint(out: Path, proc: subprocess.Popen) -> None:
+def first_mid_epoch_checkpoint(out: Path, proc: subprocess.Popen | Driver) -> None:
     """Wait until the run's first checkpoint (of step 5: mid-epoch) is in place."""
     t0 = time.monotonic()
     while not list(out.glob("runs/*/checkpoint.pt")):
@@ -230,10 +229,8 @@ def test_a_job_stopped_by_sigterm_is_submitted_again_and_resumes_at_its_step(ref
     new job resumes at that step."""
     cfg = write(tmp_path, CFG.format(every="5steps"))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "plugdrop", "ablate", str(cfg), "--out",
-                             str(out), "--launcher", "processes", "--max-parallel", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env())
+    proc = popen("ablate", str(cfg), "--out", str(out), "--launcher", "processes",
+                 "--max-parallel", "1")
     first_mid_epoch_checkpoint(out, proc)
     worker = attempts(out)[0]["pid"]
     import os

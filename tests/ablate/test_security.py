@@ -16,13 +16,12 @@ import json
 import pickle
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from _runner_helpers import SMALL, env, reference, write  # noqa: F401 (reference: a fixture)
+from _runner_helpers import SMALL, cli, reference, write  # noqa: F401 (reference: a fixture)
 
 from plugdrop.ablate.errors import Exit
 from plugdrop.ablate.runs import CheckpointRefused, load_checkpoint
@@ -90,8 +89,7 @@ def planted_checkpoint(marker: Path) -> bytes:
 
 
 def worker(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "plugdrop.ablate.worker", str(out), RUN, *args],
-                          capture_output=True, text=True, env=env(), timeout=300)
+    return cli(str(out), RUN, *args, module="plugdrop.ablate.worker")
 
 
 # --------------------------------------------------------------------------- checkpoints

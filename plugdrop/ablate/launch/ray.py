@@ -86,9 +86,9 @@ class RayLauncher:
 
         self.options = options
         self.started = False
+        if options.address:  # named: it must answer, joined here or already by this process
+            check_address(options.address)
         if not ray.is_initialized():
-            if options.address:
-                check_address(options.address)
             try:
                 ray.init(address=options.address, include_dashboard=False,
                          log_to_driver=False, configure_logging=False)

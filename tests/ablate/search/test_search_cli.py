@@ -11,12 +11,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from _search_helpers import HERE, config
+from _search_helpers import HERE, config  # noqa: I001 (it puts tests/ablate on the path)
+from _runner_helpers import Driver, popen
 
 from plugdrop.cli import main
 
@@ -33,12 +33,10 @@ def _folder(tmp_path: Path, text: str) -> Path:
     return tmp_path
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.Popen:
+def _cli(cwd: Path, *args: str) -> subprocess.Popen | Driver:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
                                                        os.environ.get("PYTHONPATH", "")]))
-    return subprocess.Popen([sys.executable, "-m", "plugdrop", "search", "search.yaml",
-                             "--out", "out", *args], cwd=cwd, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return popen("search", "search.yaml", "--out", "out", *args, cwd=cwd, env=env, merged=True)
 
 
 def _same(out: Path) -> dict:

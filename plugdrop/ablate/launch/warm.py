@@ -1,0 +1,200 @@
+"""Job processes started from a warm interpreter: torch, timm and plugdrop imported once.
+
+A fresh ``python -m plugdrop.ablate.worker`` spends seconds of CPU importing torch, timm and
+torchvision (about 7 s on a 2-core machine) before its first step, once per run, and again
+whenever a run is retried. ``--launcher processes`` instead forks each run's process from a
+server that imported them once (:mod:`multiprocessing`'s ``forkserver``, started by the first
+job of the driver and ended with it): a job then starts in a fraction of a second.
+
+The server never runs a torch operation, holds no GPU and starts no thread pool, so each child
+is a clean process. It runs the worker as ``python -m plugdrop.ablate.worker`` would
+(:func:`runpy.run_module`): in a session of its own, with the job's environment
+(``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), the driver's working directory and module path
+(the job's ``PYTHONPATH`` first), its log as stdout and stderr, and the worker's exit status.
+Where ``forkserver`` is missing (Windows) or ``PLUGDROP_WARM_START=0``, a job is a fresh
+interpreter (:func:`start` returns a :class:`subprocess.Popen`).
+
+A handle (:class:`WarmProcess`) answers as much of :class:`subprocess.Popen` as a launcher uses:
+``pid``, ``poll()``, ``wait(timeout)``, ``send_signal()``, ``kill()`` and ``returncode`` (a
+negative signal number when a signal ended it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import multiprocessing
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["FRESH", "PRELOAD", "WarmProcess", "enabled", "preload", "spawn", "start"]
+
+#: what the server imports once: the worker (torch, plugdrop's runner) and the parts of timm
+#: a run builds (its optimizer, scheduler and data factories; timm imports torchvision)
+PRELOAD = ["plugdrop.ablate.worker", "timm.optim", "timm.scheduler", "timm.data", "timm.utils"]
+
+#: modules that start in a fresh interpreter all the same (torchrun starts its ranks afresh)
+FRESH = frozenset({"torch.distributed.run"})
+
+_context: Any = None
+
+
+def enabled() -> bool:
+    """Whether jobs start from the warm server here: ``forkserver`` exists on this platform
+    and ``PLUGDROP_WARM_START`` is not ``0``."""
+    if os.environ.get("PLUGDROP_WARM_START", "1").strip() == "0":
+        return False
+    return "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def preload(*modules: str) -> None:
+    """Have the server import ``modules`` too (effective before its first job only)."""
+    PRELOAD.extend(m for m in modules if m not in PRELOAD)
+
+
+def _server() -> Any:
+    """The forkserver context; the server itself starts with the first job, importing
+    :data:`PRELOAD`."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+    _context.set_forkserver_preload(list(PRELOAD))
+    return _context
+
+
+class WarmProcess:
+    """A job forked from the warm server (the :class:`subprocess.Popen` calls launchers use)."""
+
+    def __init__(self, process: Any) -> None:
+        self._process = process
+        self.pid: int = process.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit status once the job ended (``-N``: signal ``N`` ended it), else None."""
+        if self.returncode is None and not self._process.is_alive():
+            self.returncode = self._process.exitcode
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Waits for the job's end; raises :class:`subprocess.TimeoutExpired` after
+        ``timeout`` seconds."""
+        self._process.join(timeout)
+        code = self.poll()
+        if code is None:
+            raise subprocess.TimeoutExpired(["plugdrop.ablate.worker"], timeout or 0.0)
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        """Sends ``signum`` to the job, unless it ended already."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _module_path(env: dict[str, str], cwd: str) -> list[str]:
+    """The ``sys.path`` a fresh ``python -m`` would have: the working directory, then the
+    job's ``PYTHONPATH``, then the interpreter's own entries."""
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    head = [cwd, *extra]
+    return head + [p for p in sys.path if p and p not in head]
+
+
+def _threads(env: dict[str, str]) -> None:
+    """torch's threads as a fresh interpreter would take them from the job's
+    ``OMP_NUM_THREADS`` (the server read its own when it imported torch)."""
+    value = env.get("OMP_NUM_THREADS", "").strip()
+    torch = sys.modules.get("torch")
+    if torch is not None and value.isdigit() and int(value) > 0:
+        torch.set_num_threads(int(value))
+
+
+def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: str,
+         stderr: str) -> None:
+    """The child: the job's session, environment, directory, module path and output files
+    (appended to; one file when ``stdout == stderr``), then ``python -m MODULE ARGS``
+    (:func:`runpy.run_module`); its ``sys.exit`` status is the process's."""
+    os.setsid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    out = os.open(stdout, flags, 0o644)
+    err = out if stderr == stdout else os.open(stderr, flags, 0o644)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for fd in {out, err}:
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.path[:] = _module_path(env, cwd)
+    _threads(env)
+    # multiprocessing's start method as in a fresh interpreter (the server's child inherits
+    # "forkserver"): a DataLoader's workers fork from the job, they do not start a server
+    multiprocessing.set_start_method(None, force=True)
+    sys.argv = [module, *args]
+    spec = importlib.util.find_spec(module)
+    package = spec is not None and spec.submodule_search_locations is not None
+    sys.modules.pop(f"{module}.__main__" if package else module, None)  # as in a fresh
+    # `python -m`: what runs runs as __main__ only (no warning about a module imported first)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def spawn(module: str, args: list[str], *, env: dict[str, str], stdout: Path,
+          stderr: Path | None = None, cwd: Path | None = None) -> WarmProcess:
+    """``python -m MODULE ARGS`` forked from the warm server, with ``env``, in ``cwd``
+    (default: this process's), its stdout appended to ``stdout`` and its stderr to
+    ``stderr`` (default: the same file), in a session of its own."""
+    out = str(stdout)
+    process = _server().Process(
+        target=_job, args=(module, list(args), dict(env), str(cwd or os.getcwd()), out,
+                           str(stderr) if stderr is not None else out), daemon=False)
+    with _main_left_out():
+        process.start()
+    return WarmProcess(process)
+
+
+@contextlib.contextmanager
+def _main_left_out() -> Iterator[None]:
+    """Hides this process's ``__main__`` while a job starts: :mod:`multiprocessing` would
+    import it again in the job (as ``__mp_main__``), running a user's script without an
+    ``if __name__ == "__main__":`` guard once more in every job; a job needs nothing of it."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def start(command: list[str], *, env: dict[str, str], log: Path, log_file: IO[bytes]
+          ) -> WarmProcess | subprocess.Popen:
+    """Starts a job's ``command`` with ``env``, its stdout and stderr appended to ``log`` (open
+    here as ``log_file``), in a session of its own: ``[sys.executable, "-m", MODULE, *ARGS]``
+    (the worker) forked from the warm server where :func:`enabled`; any other command
+    (torchrun) a fresh process."""
+    if (not enabled() or command[:2] != [sys.executable, "-m"] or len(command) < 3
+            or command[2] in FRESH):
+        return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    return spawn(command[2], command[3:], env=env, stdout=log)
