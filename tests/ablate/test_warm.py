@@ -106,3 +106,20 @@ def test_a_script_without_a_main_guard_is_not_run_again_in_its_jobs(tmp_path):
     assert done.returncode == 5, done.stderr[-2000:] + log.read_text()
     assert marker.read_text() == "ran\n"
     assert _printed(log)[0]["warm"]
+
+
+def test_a_server_that_cannot_start_falls_back_to_fresh_interpreters(tmp_path, monkeypatch,
+                                                                       capsys):
+    """The server failing (no room for its socket, say): one line, then fresh interpreters;
+    the run is not lost to a traceback."""
+    def broken(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(warm, "spawn", broken)
+    monkeypatch.setattr(warm, "_broken", None)
+    for code in ("6", "7"):
+        job, log = _start(tmp_path, code)
+        assert isinstance(job, subprocess.Popen) and job.wait(timeout=120) == int(code)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err
+    assert "every job starts as a fresh interpreter instead" in err

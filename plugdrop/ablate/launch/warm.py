@@ -44,6 +44,7 @@ PRELOAD = ["plugdrop.ablate.worker", "timm.optim", "timm.scheduler", "timm.data"
 FRESH = frozenset({"torch.distributed.run"})
 
 _context: Any = None
+_broken: str | None = None  # why the server failed to start a job: fresh interpreters since
 
 
 def enabled() -> bool:
@@ -192,9 +193,16 @@ def start(command: list[str], *, env: dict[str, str], log: Path, log_file: IO[by
     """Starts a job's ``command`` with ``env``, its stdout and stderr appended to ``log`` (open
     here as ``log_file``), in a session of its own: ``[sys.executable, "-m", MODULE, *ARGS]``
     (the worker) forked from the warm server where :func:`enabled`; any other command
-    (torchrun) a fresh process."""
-    if (not enabled() or command[:2] != [sys.executable, "-m"] or len(command) < 3
-            or command[2] in FRESH):
-        return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    return spawn(command[2], command[3:], env=env, stdout=log)
+    (torchrun) a fresh process, and so is every job once the server failed to start one (one
+    line on stderr says why)."""
+    global _broken
+    if (enabled() and _broken is None and command[:2] == [sys.executable, "-m"]
+            and len(command) > 2 and command[2] not in FRESH):
+        try:
+            return spawn(command[2], command[3:], env=env, stdout=log)
+        except (OSError, EOFError) as e:  # no room for its socket, a process limit ...
+            _broken = f"{type(e).__name__}: {e}"
+            print(f"plugdrop: the warm server could not start a job ({_broken}); every job "
+                  f"starts as a fresh interpreter instead", file=sys.stderr, flush=True)
+    return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
