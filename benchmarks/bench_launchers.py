@@ -7,12 +7,18 @@ Part 1, 4 runs on 2 CPUs:
   * ``local``: one process, runs one after another, torch using both CPUs;
   * ``ray``: ``--launcher ray --cpus-per-run 1`` (a local Ray cluster, started by the command);
   * ``shards``: ``--shard 1/2`` and ``--shard 2/2`` at once, one thread each;
-  * ``submitit``: ``--launcher submitit --slurm-cluster local --max-parallel 2 --cpus-per-run 1``.
+  * ``submitit``: ``--launcher submitit --slurm-cluster local --max-parallel 2 --cpus-per-run 1``;
+  * ``processes``: ``--launcher processes --max-parallel 2 --cpus-per-run 1`` (each run forked
+    from the warm server).
 
 Part 2, overhead per run: the same launchers with one run at a time and one thread
 (``--max-parallel 1``), minus the local runner with one thread, divided by the 4 runs: the
 seconds each run pays for its job (a process start, imports, loading the data again, the
-cluster start spread over the runs).
+cluster start spread over the runs); ``processes`` both warm and fresh
+(``PLUGDROP_WARM_START=0``).
+
+``--only NAME,NAME``: measure these entries only (e.g. ``local 1 thread,processes serial,processes
+fresh serial``).
 
 Each command is timed once, end to end (``plugdrop ablate`` starting to exiting), so the figures
 include the driver's own start-up and dry step; on a shared machine they are noisy: read them as
@@ -57,10 +63,11 @@ def _env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def _ablate(cfg: Path, out: Path, *flags: str, threads: int | None = None
+def _ablate(cfg: Path, out: Path, *flags: str, threads: int | None = None, warm: bool = True
             ) -> subprocess.Popen:
+    env = dict(_env(threads), PLUGDROP_WARM_START="1" if warm else "0")
     return subprocess.Popen([sys.executable, "-m", "plugdrop", "ablate", str(cfg), "--out",
-                             str(out), *flags], env=_env(threads), stdout=subprocess.DEVNULL,
+                             str(out), *flags], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -74,47 +81,64 @@ def timed(*procs: subprocess.Popen) -> float:
     return time.perf_counter() - t0
 
 
-def measure(epochs: int) -> dict[str, float]:
+def measure(epochs: int, only: set[str] | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
         cfg = tmp / "cfg.yaml"
         cfg.write_text(CFG.format(epochs=epochs))
-        o = lambda name: tmp / name  # noqa: E731
-        t: dict[str, float] = {}
-        t["local"] = timed(_ablate(cfg, o("local")))
-        t["ray"] = timed(_ablate(cfg, o("ray"), "--launcher", "ray", "--cpus-per-run", "1"))
-        t["shards"] = timed(*[_ablate(cfg, o("shards"), "--shard", f"{i}/2", threads=1)
-                              for i in (1, 2)])
-        t["submitit"] = timed(_ablate(cfg, o("submitit"), "--launcher", "submitit",
-                                      "--slurm-cluster", "local", "--max-parallel", "2",
-                                      "--cpus-per-run", "1"))
-        t["local 1 thread"] = timed(_ablate(cfg, o("local1"), threads=1))
-        t["ray serial"] = timed(_ablate(cfg, o("ray1"), "--launcher", "ray", "--cpus-per-run",
-                                        "1", "--max-parallel", "1", threads=1))
-        t["submitit serial"] = timed(_ablate(cfg, o("sub1"), "--launcher", "submitit",
-                                             "--slurm-cluster", "local", "--max-parallel", "1",
-                                             "--cpus-per-run", "1", threads=1))
-        t["shard serial"] = timed(_ablate(cfg, o("shard1"), "--shard", "1/1", threads=1))
-    return t
+        o = lambda name: tmp / name.replace(" ", "-")  # noqa: E731
+        sub, serial = ("--slurm-cluster", "local"), ("--max-parallel", "1", "--cpus-per-run", "1")
+        commands = {
+            "local": lambda n: [_ablate(cfg, o(n))],
+            "ray": lambda n: [_ablate(cfg, o(n), "--launcher", "ray", "--cpus-per-run", "1")],
+            "shards": lambda n: [_ablate(cfg, o(n), "--shard", f"{i}/2", threads=1)
+                                 for i in (1, 2)],
+            "submitit": lambda n: [_ablate(cfg, o(n), "--launcher", "submitit", *sub,
+                                           "--max-parallel", "2", "--cpus-per-run", "1")],
+            "processes": lambda n: [_ablate(cfg, o(n), "--launcher", "processes",
+                                            "--max-parallel", "2", "--cpus-per-run", "1")],
+            "local 1 thread": lambda n: [_ablate(cfg, o(n), threads=1)],
+            "ray serial": lambda n: [_ablate(cfg, o(n), "--launcher", "ray", *serial,
+                                             threads=1)],
+            "submitit serial": lambda n: [_ablate(cfg, o(n), "--launcher", "submitit", *sub,
+                                                  *serial, threads=1)],
+            "processes serial": lambda n: [_ablate(cfg, o(n), "--launcher", "processes",
+                                                   *serial, threads=1)],
+            "processes fresh serial": lambda n: [_ablate(cfg, o(n), "--launcher", "processes",
+                                                         *serial, threads=1, warm=False)],
+            "shard serial": lambda n: [_ablate(cfg, o(n), "--shard", "1/1", threads=1)],
+        }
+        unknown = (only or set()) - set(commands)
+        if unknown:
+            raise SystemExit(f"bench_launchers: --only {sorted(unknown)}: choose among "
+                             f"{', '.join(commands)}")
+        return {name: timed(*start(name)) for name, start in commands.items()
+                if only is None or name in only}
 
 
 def markdown(t: dict[str, float], epochs: int) -> str:
-    base = t["local"]
     lines = [f"4 runs (tinynet, digits at 16 px, {epochs} epochs) on {os.cpu_count()} CPUs, "
-             f"one measurement each:", "",
-             "| launcher | wall time | vs local |", "|---|---|---|"]
-    for name, label in (("local", "local (sequential, 2 threads)"),
-                        ("ray", "ray, 1 CPU per run"),
-                        ("shards", "--shard 1/2 + --shard 2/2 at once"),
-                        ("submitit", "submitit local executor, 2 at once")):
-        lines.append(f"| {label} | {t[name]:.1f} s | {t[name] / base:.2f}x |")
-    lines += ["", "Start-up cost per run (one run at a time, 1 thread, minus the local runner "
-                  "with 1 thread, / 4 runs):", "",
-              "| launcher | overhead per run |", "|---|---|"]
-    for name in ("shard serial", "ray serial", "submitit serial"):
-        extra = (t[name] - t["local 1 thread"]) / 4
-        lines.append(f"| {name.split()[0]} | {extra:+.1f} s |")
-    lines.append(f"\n(local with 1 thread: {t['local 1 thread']:.1f} s)")
+             f"one measurement each:", ""]
+    if "local" in t:
+        lines += ["| launcher | wall time | vs local |", "|---|---|---|"]
+        for name, label in (("local", "local (sequential, 2 threads)"),
+                            ("ray", "ray, 1 CPU per run"),
+                            ("shards", "--shard 1/2 + --shard 2/2 at once"),
+                            ("submitit", "submitit local executor, 2 at once"),
+                            ("processes", "processes (warm), 2 at once")):
+            if name in t:
+                lines.append(f"| {label} | {t[name]:.1f} s | {t[name] / t['local']:.2f}x |")
+    if "local 1 thread" in t:
+        lines += ["", "Start-up cost per run (one run at a time, 1 thread, minus the local "
+                      "runner with 1 thread, / 4 runs):", "",
+                  "| launcher | overhead per run |", "|---|---|"]
+        for name, label in (("shard serial", "shard"), ("ray serial", "ray"),
+                            ("submitit serial", "submitit"),
+                            ("processes serial", "processes (warm)"),
+                            ("processes fresh serial", "processes, fresh interpreters")):
+            if name in t:
+                lines.append(f"| {label} | {(t[name] - t['local 1 thread']) / 4:+.1f} s |")
+        lines.append(f"\n(local with 1 thread: {t['local 1 thread']:.1f} s)")
     return "\n".join(lines)
 
 
@@ -122,8 +146,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--markdown", type=Path, help="also write the table to this file")
+    p.add_argument("--only", help="comma-separated entries to measure (default: all)")
     args = p.parse_args()
-    text = markdown(measure(args.epochs), args.epochs)
+    only = {x.strip() for x in args.only.split(",")} if args.only else None
+    text = markdown(measure(args.epochs, only), args.epochs)
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")

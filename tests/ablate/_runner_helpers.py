@@ -90,9 +90,8 @@ class Driver:
 
     _count = 0
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path | None = None,
+    def __init__(self, warm, args: list[str], env: dict[str, str], cwd: Path | None = None,
                  module: str = "plugdrop", merged: bool = False) -> None:
-        warm = _warm()
         Driver._count += 1
         base = _OUTPUT / f"{os.getpid()}-{Driver._count}"
         out, err = base.with_suffix(".out"), base.with_suffix(".err")
@@ -152,8 +151,9 @@ def popen(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
     (``env``: default :func:`env`), stdout and stderr piped (``merged``: stderr into stdout):
     forked from the warm server where the platform has one, else a fresh interpreter."""
     env = _env() if env is None else env
-    if _warm() is not None:
-        return Driver(list(args), env, cwd, module, merged)
+    warm = _warm()
+    if warm is not None:
+        return Driver(warm, list(args), env, cwd, module, merged)
     return subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
                             env=env, cwd=cwd, start_new_session=True)
