@@ -7,14 +7,15 @@ Part 1, 4 runs on 2 CPUs:
   * ``local``: one process, runs one after another, torch using both CPUs;
   * ``ray``: ``--launcher ray --cpus-per-run 1`` (a local Ray cluster, started by the command);
   * ``shards``: ``--shard 1/2`` and ``--shard 2/2`` at once, one thread each;
-  * ``submitit``: ``--launcher submitit --slurm-cluster local --max-parallel 2 --cpus-per-run 1``;
+  * ``submitit``: ``--launcher submitit --slurm-cluster local --max-parallel 2 --cpus-per-run 1``
+    (each job's controller and task forked from the warm server);
   * ``processes``: ``--launcher processes --max-parallel 2 --cpus-per-run 1`` (each run forked
     from the warm server).
 
 Part 2, overhead per run: the same launchers with one run at a time and one thread
 (``--max-parallel 1``), minus the local runner with one thread, divided by the 4 runs: the
 seconds each run pays for its job (a process start, imports, loading the data again, the
-cluster start spread over the runs); ``processes`` both warm and fresh
+cluster start spread over the runs); ``processes`` and ``submitit`` both warm and fresh
 (``PLUGDROP_WARM_START=0``).
 
 ``--only NAME,NAME``: measure these entries only (e.g. ``local 1 thread,processes serial,processes
@@ -102,6 +103,8 @@ def measure(epochs: int, only: set[str] | None = None) -> dict[str, float]:
                                              threads=1)],
             "submitit serial": lambda n: [_ablate(cfg, o(n), "--launcher", "submitit", *sub,
                                                   *serial, threads=1)],
+            "submitit fresh serial": lambda n: [_ablate(cfg, o(n), "--launcher", "submitit",
+                                                        *sub, *serial, threads=1, warm=False)],
             "processes serial": lambda n: [_ablate(cfg, o(n), "--launcher", "processes",
                                                    *serial, threads=1)],
             "processes fresh serial": lambda n: [_ablate(cfg, o(n), "--launcher", "processes",
@@ -124,7 +127,7 @@ def markdown(t: dict[str, float], epochs: int) -> str:
         for name, label in (("local", "local (sequential, 2 threads)"),
                             ("ray", "ray, 1 CPU per run"),
                             ("shards", "--shard 1/2 + --shard 2/2 at once"),
-                            ("submitit", "submitit local executor, 2 at once"),
+                            ("submitit", "submitit local executor (warm), 2 at once"),
                             ("processes", "processes (warm), 2 at once")):
             if name in t:
                 lines.append(f"| {label} | {t[name]:.1f} s | {t[name] / t['local']:.2f}x |")
@@ -133,7 +136,8 @@ def markdown(t: dict[str, float], epochs: int) -> str:
                       "runner with 1 thread, / 4 runs):", "",
                   "| launcher | overhead per run |", "|---|---|"]
         for name, label in (("shard serial", "shard"), ("ray serial", "ray"),
-                            ("submitit serial", "submitit"),
+                            ("submitit serial", "submitit local (warm)"),
+                            ("submitit fresh serial", "submitit local, fresh interpreters"),
                             ("processes serial", "processes (warm)"),
                             ("processes fresh serial", "processes, fresh interpreters")):
             if name in t:

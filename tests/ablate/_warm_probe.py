@@ -1,12 +1,39 @@
 """What a job started by :mod:`plugdrop.ablate.launch.warm` sees: printed as one JSON line.
 
-``python -m _warm_probe CODE [sleep]``: exits with CODE, after sleeping when asked."""
+``python -m _warm_probe CODE [sleep]``: exits with CODE, after sleeping when asked. The
+functions are submitit jobs (:mod:`plugdrop.ablate.launch.submitit_local`)."""
 
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
+from pathlib import Path
+
+
+def seen(marker: str = "") -> dict:
+    """What a submitit job sees; it writes its pid to ``marker`` and sleeps when given one."""
+    print("a line of the job", flush=False)  # unbuffered (python -u): in the log at once
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+        time.sleep(60)
+    return {"cmdline": Path("/proc/self/cmdline").read_bytes().decode().split("\0"),
+            "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
+            "job_id": os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "warm": "timm" in sys.modules,
+            "sigterm": str(signal.getsignal(signal.SIGTERM)), "cwd": os.getcwd(),
+            "log": Path(os.environ["SUBMITIT_FOLDER"]).exists()}
+
+
+def preempted_once(marker: str) -> str:
+    """A job that preempts itself (SIGUSR2, as submitit's local controller sends at the time
+    limit) on its first start; submitit checkpoints and requeues it."""
+    if not os.path.exists(marker):
+        Path(marker).write_text("1")
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(60)
+    return "second start"
 
 if __name__ == "__main__":
     print(json.dumps({

@@ -31,11 +31,16 @@ import submitit
 from ..errors import ConfigError
 from ..outcome import RunResult, Status
 from ..runs import RunDir, ensure_dir, no_link, storage_error
+from . import warm
 from .monitor import Monitor
 from .options import LaunchOptions
 from .protocol import End, Job, JobEnd, LaunchContext, View
 
 __all__ = ["RunJob", "SubmititLauncher", "slurm_answers", "slurm_cluster"]
+
+#: what a local job imports beyond a worker's (:data:`.warm.PRELOAD`): its controller and
+#: submitit's task
+WARM_PRELOAD = ("plugdrop.ablate.launch.submitit_local", "submitit.core.submission")
 
 #: the Slurm commands submitit's Slurm executor runs
 SLURM_COMMANDS = ("sbatch", "srun")
@@ -167,12 +172,19 @@ class SubmititLauncher:
             os.chmod(private, 0o700)
         except OSError as e:
             raise storage_error(e, private / ".", "submitit's job folder") from None
-        ex = submitit.AutoExecutor(folder=private / "%j", cluster=cluster)
+        ex: Any
+        if cluster == "local" and warm.usable():  # the jobs start warm (submitit_local)
+            from .submitit_local import WarmLocalExecutor
+
+            warm.preload(*WARM_PRELOAD)
+            ex = WarmLocalExecutor(folder=private / "%j")
+        else:
+            ex = submitit.AutoExecutor(folder=private / "%j", cluster=cluster)
         params: dict[str, Any] = {
             "timeout_min": o.timeout_min, "nodes": 1, "tasks_per_node": 1,
             "cpus_per_task": o.cpus_per_run, "gpus_per_node": o.gpus_per_run,
             "name": f"plugdrop-{out.name}"}
-        if ex.cluster == "slurm":
+        if cluster == "slurm":
             params["slurm_signal_delay_s"] = o.signal_lead  # --signal=USR2@lead
             if o.slurm_partition:
                 params["slurm_partition"] = o.slurm_partition
@@ -190,7 +202,7 @@ class SubmititLauncher:
         return Monitor(ctx.out, todo)
 
     def capacity(self) -> int:
-        if self.ex.cluster == "slurm":  # one array job; Slurm limits the parallelism
+        if self.cluster == "slurm":  # one array job; Slurm limits the parallelism
             return max(self.todo, 1)
         o = self.options
         return o.max_parallel or max(1, (os.cpu_count() or 1) // max(1, o.cpus_per_run))
@@ -200,13 +212,13 @@ class SubmititLauncher:
         args = [(str(self.out.resolve()), rd.id, o.nproc_per_run, o.cpus_per_run,
                  self.config_hash) for rd in runs]
         try:  # submitit prints a failed sbatch's stderr itself: our one line says it
-            array = len(runs) > 1 and self.ex.cluster == "slurm"  # one array job
+            array = len(runs) > 1 and self.cluster == "slurm"  # one array job
             with contextlib.redirect_stderr(io.StringIO()), (
                     self.ex.batch() if array else contextlib.nullcontext()):
                 jobs = [self.ex.submit(RunJob(), *a) for a in args]
         except (submitit.core.utils.FailedJobError, OSError,
                 subprocess.SubprocessError) as e:
-            raise ConfigError(_submit_error(self.ex.cluster, e)) from None
+            raise ConfigError(_submit_error(self.cluster, e)) from None
         return [_SlurmJob(rd, job, self.out) for rd, job in zip(runs, jobs)]
 
     def wait(self, jobs: list[Job], timeout: float) -> None:

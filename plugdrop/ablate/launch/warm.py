@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import multiprocessing
 import os
 import runpy
@@ -34,7 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FRESH", "PRELOAD", "WarmProcess", "enabled", "preload", "spawn", "start"]
+__all__ = ["FRESH", "PRELOAD", "WarmProcess", "enabled", "failed", "preload", "spawn", "start",
+           "usable"]
 
 #: what the server imports once: the worker (torch, plugdrop's runner) and the parts of timm
 #: a run builds (its optimizer, scheduler and data factories; timm imports torchvision)
@@ -125,21 +127,43 @@ def _threads(env: dict[str, str]) -> None:
         torch.set_num_threads(int(value))
 
 
-def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: str,
-         stderr: str) -> None:
-    """The child: the job's session, environment, directory, module path and output files
-    (appended to; one file when ``stdout == stderr``), then ``python -m MODULE ARGS``
-    (:func:`runpy.run_module`); its ``sys.exit`` status is the process's."""
-    os.setsid()
+def _handlers_reset() -> None:
+    """The signal handlers an ``exec`` leaves: a handler of the forking process (a job
+    controller's forwarding of SIGTERM, say) back to the default; ignored signals stay
+    ignored, as they do through an ``exec``."""
+    for signum in signal.valid_signals():
+        try:
+            handler = signal.getsignal(signum)
+            if callable(handler) and handler is not signal.default_int_handler:
+                signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP, a signal Python does not know
+            pass
+
+
+def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: str | None,
+         stderr: str | None, new_session: bool = True, unbuffered: bool = False) -> None:
+    """The child: the job's session (unless ``new_session`` is false), environment, directory,
+    module path and output files (appended to; one file when ``stdout == stderr``; None: this
+    process's), then ``python -m MODULE ARGS`` (:func:`runpy.run_module`; ``python -u`` where
+    ``unbuffered``); its ``sys.exit`` status is the process's."""
+    if new_session:
+        os.setsid()
+    _handlers_reset()
     sys.stdout.flush()
     sys.stderr.flush()
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    out = os.open(stdout, flags, 0o644)
-    err = out if stderr == stdout else os.open(stderr, flags, 0o644)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    for fd in {out, err}:
-        os.close(fd)
+    if stdout is not None:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        out = os.open(stdout, flags, 0o644)
+        err = out if stderr in (None, stdout) else os.open(str(stderr), flags, 0o644)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        for fd in {out, err}:
+            os.close(fd)
+    if unbuffered:  # as `python -u`: nothing written waits in a buffer
+        sys.stdout, sys.stderr = (
+            io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True,
+                             encoding=stream.encoding, errors=stream.errors)
+            for fd, stream in ((1, sys.stdout), (2, sys.stderr)))
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -160,18 +184,39 @@ def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: st
         sys.stderr.flush()
 
 
-def spawn(module: str, args: list[str], *, env: dict[str, str], stdout: Path,
-          stderr: Path | None = None, cwd: Path | None = None) -> WarmProcess:
+def spawn(module: str, args: list[str], *, env: dict[str, str], stdout: Path | None,
+          stderr: Path | None = None, cwd: Path | None = None, new_session: bool = True,
+          unbuffered: bool = False, here: bool = False) -> WarmProcess:
     """``python -m MODULE ARGS`` forked from the warm server, with ``env``, in ``cwd``
-    (default: this process's), its stdout appended to ``stdout`` and its stderr to
-    ``stderr`` (default: the same file), in a session of its own."""
-    out = str(stdout)
-    process = _server().Process(
+    (default: this process's), its stdout appended to ``stdout`` (None: the server's, which
+    are the driver's) and its stderr to ``stderr`` (default: the same file), in a session of
+    its own unless ``new_session`` is false, unbuffered as ``python -u`` where ``unbuffered``.
+    ``here``: forked from this process instead, which must be warm itself (a job of the
+    server: a plain :func:`os.fork` of a process that imported torch and ran nothing)."""
+    out = str(stdout) if stdout is not None else None
+    context = multiprocessing.get_context("fork") if here else _server()
+    process = context.Process(
         target=_job, args=(module, list(args), dict(env), str(cwd or os.getcwd()), out,
-                           str(stderr) if stderr is not None else out), daemon=False)
+                           str(stderr) if stderr is not None else out),
+        kwargs={"new_session": new_session, "unbuffered": unbuffered}, daemon=False)
     with _main_left_out():
         process.start()
     return WarmProcess(process)
+
+
+def usable() -> bool:
+    """Whether a job starts warm now: :func:`enabled`, and the server never failed to start
+    one (:func:`failed`)."""
+    return enabled() and _broken is None
+
+
+def failed(error: BaseException) -> None:
+    """Records that the server could not start a job (no room for its socket, a process
+    limit ...): one line on stderr, and every later job starts as a fresh interpreter."""
+    global _broken
+    _broken = f"{type(error).__name__}: {error}"
+    print(f"plugdrop: the warm server could not start a job ({_broken}); every job "
+          f"starts as a fresh interpreter instead", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -195,14 +240,11 @@ def start(command: list[str], *, env: dict[str, str], log: Path, log_file: IO[by
     (the worker) forked from the warm server where :func:`enabled`; any other command
     (torchrun) a fresh process, and so is every job once the server failed to start one (one
     line on stderr says why)."""
-    global _broken
-    if (enabled() and _broken is None and command[:2] == [sys.executable, "-m"]
-            and len(command) > 2 and command[2] not in FRESH):
+    if (usable() and command[:2] == [sys.executable, "-m"] and len(command) > 2
+            and command[2] not in FRESH):
         try:
             return spawn(command[2], command[3:], env=env, stdout=log)
         except (OSError, EOFError) as e:  # no room for its socket, a process limit ...
-            _broken = f"{type(e).__name__}: {e}"
-            print(f"plugdrop: the warm server could not start a job ({_broken}); every job "
-                  f"starts as a fresh interpreter instead", file=sys.stderr, flush=True)
+            failed(e)
     return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
