@@ -51,12 +51,12 @@ def _gone(pid: int, timeout: float = 30) -> bool:
 
 def test_the_task_command_is_read_as_submitit_writes_it():
     py = sys.executable
-    assert submitit_local.task_module([py, "-u", "-m", "submitit.core._submit", "/f"]) == (
+    assert warm.module_command([py, "-u", "-m", "submitit.core._submit", "/f"]) == (
         "submitit.core._submit", ["/f"], True)
-    assert submitit_local.task_module([py, "-m", "m", "a", "b"]) == ("m", ["a", "b"], False)
+    assert warm.module_command([py, "-m", "m", "a", "b"]) == ("m", ["a", "b"], False)
     for other in ([], ["/usr/bin/python3", "-m", "m"], [py, "script.py"], [py, "-u", "-c", "x"],
                   [py, "-m"]):
-        assert submitit_local.task_module(other) is None  # started as submitit starts it
+        assert warm.module_command(other) is None  # started as submitit starts it
 
 
 def test_a_warm_job_runs_as_submitit_runs_it(executor, tmp_path):

@@ -31,7 +31,7 @@ from submitit.local.local import Controller, LocalExecutor, LocalJob
 
 from . import warm
 
-__all__ = ["WarmController", "WarmLocalExecutor", "controller_env", "task_module"]
+__all__ = ["WarmController", "WarmLocalExecutor", "controller_env"]
 
 #: seconds a task's start waits for its job's pickle, which the driver moves into the job's
 #: folder just after the controller started (submitit's task would wait in steps of 1 s)
@@ -79,25 +79,12 @@ class WarmLocalExecutor(LocalExecutor):
                         tasks=list(range(ntasks)))
 
 
-def task_module(command: list[str]) -> tuple[str, list[str], bool] | None:
-    """``(module, args, unbuffered)`` for a task command ``[python, (-u), -m, module, *args]``
-    of this interpreter; None for any other command."""
-    if not command or command[0] != sys.executable:
-        return None
-    rest = command[1:]
-    unbuffered = rest[:1] == ["-u"]
-    rest = rest[1:] if unbuffered else rest
-    if len(rest) < 2 or rest[0] != "-m":
-        return None
-    return rest[1], rest[2:], unbuffered
-
-
 class WarmController(Controller):
     """submitit's local job controller, its tasks forked from this (warm) process: the
     time-limit signal, requeues, signal forwarding and the end of the tasks are submitit's."""
 
     def start_tasks(self) -> None:
-        job = task_module(self.command)
+        job = warm.module_command(self.command)
         if job is None:
             return super().start_tasks()
         module, args, unbuffered = job

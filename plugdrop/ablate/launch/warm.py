@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FRESH", "PRELOAD", "WarmProcess", "enabled", "failed", "preload", "spawn", "start",
-           "usable"]
+__all__ = ["FRESH", "PRELOAD", "WarmProcess", "enabled", "failed", "module_command", "preload",
+           "spawn", "start", "usable"]
 
 #: what the server imports once: the worker (torch, plugdrop's runner) and the parts of timm
 #: a run builds (its optimizer, scheduler and data factories; timm imports torchvision)
@@ -204,6 +204,19 @@ def spawn(module: str, args: list[str], *, env: dict[str, str], stdout: Path | N
     return WarmProcess(process)
 
 
+def module_command(command: list[str]) -> tuple[str, list[str], bool] | None:
+    """``(module, args, unbuffered)`` for a command ``[python, (-u), -m, module, *args]`` of
+    this interpreter (what a job forked warm runs); None for any other command."""
+    if not command or command[0] != sys.executable:
+        return None
+    rest = command[1:]
+    unbuffered = rest[:1] == ["-u"]
+    rest = rest[1:] if unbuffered else rest
+    if len(rest) < 2 or rest[0] != "-m":
+        return None
+    return rest[1], rest[2:], unbuffered
+
+
 def usable() -> bool:
     """Whether a job starts warm now: :func:`enabled`, and the server never failed to start
     one (:func:`failed`)."""
@@ -236,14 +249,14 @@ def _main_left_out() -> Iterator[None]:
 def start(command: list[str], *, env: dict[str, str], log: Path, log_file: IO[bytes]
           ) -> WarmProcess | subprocess.Popen:
     """Starts a job's ``command`` with ``env``, its stdout and stderr appended to ``log`` (open
-    here as ``log_file``), in a session of its own: ``[sys.executable, "-m", MODULE, *ARGS]``
+    here as ``log_file``), in a session of its own: ``[sys.executable, (-u), -m, MODULE, *ARGS]``
     (the worker) forked from the warm server where :func:`enabled`; any other command
     (torchrun) a fresh process, and so is every job once the server failed to start one (one
     line on stderr says why)."""
-    if (usable() and command[:2] == [sys.executable, "-m"] and len(command) > 2
-            and command[2] not in FRESH):
+    job = module_command(command)
+    if usable() and job is not None and job[0] not in FRESH:
         try:
-            return spawn(command[2], command[3:], env=env, stdout=log)
+            return spawn(job[0], job[1], env=env, stdout=log, unbuffered=job[2])
         except (OSError, EOFError) as e:  # no room for its socket, a process limit ...
             failed(e)
     return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
