@@ -189,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_one(Path(args.out), args.run_id, launcher=args.launcher,
                          threads=args.threads, config_hash=args.config_hash)
+        import torch.distributed as dist
+
+        if dist.is_initialized():  # every rank done before the group goes: a rank whose
+            dist.barrier()  # peers closed their connections first may abort in gloo
     except ConfigError as e:
         if rank == 0:
             _say(f"plugdrop worker: {e}")
