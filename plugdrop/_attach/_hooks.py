@@ -114,7 +114,11 @@ class Hook:
                 return None
         x = value if key is None else value[key]
         observer.on_forward(self.name, module, x)
-        if observer.wants_grad and torch.is_grad_enabled() and x.requires_grad:
+        # Not while compiling: an observer's gradient hook changes state outside the graph
+        # (a side effect dynamo cannot trace in a backward hook), and the graph break it
+        # would cost splits the model around every observed layer.
+        if (observer.wants_grad and torch.is_grad_enabled() and x.requires_grad
+                and not torch.compiler.is_compiling()):
             x.register_hook(_ObserveGradHook(observer, self.name))
         return None
 

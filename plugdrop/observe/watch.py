@@ -19,22 +19,39 @@ __all__ = ["watch", "Watch"]
 
 
 class _Stats:
-    """Running sums on the device (no host synchronization until read)."""
+    """Running sums and counts on the device (no host synchronization until read).
+
+    The counts are tensors and a reset zeroes the tensors in place, so that a compiled model
+    sees the same objects at every step: a Python integer count would be a constant that
+    ``torch.compile`` guards on, recompiling at every step until its recompile limit, and a new
+    dictionary at each reset would recompile once more per reset."""
 
     def __init__(self) -> None:
         self.sums: dict[str, torch.Tensor] = {}
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, torch.Tensor] = {}
 
     def add(self, key: str, value: torch.Tensor) -> None:
         value = value.detach().float()
         if key in self.sums:
             self.sums[key] += value
+            self.counts[key] += 1
         else:
             self.sums[key] = value.clone()
-        self.counts[key] = self.counts.get(key, 0) + 1
+            self.counts[key] = torch.ones((), device=value.device, dtype=torch.float32)
 
     def mean(self) -> dict[str, float]:
-        return {k: (v / self.counts[k]).item() for k, v in self.sums.items()}
+        """Means of the keys added since the last reset (one host read)."""
+        if not self.sums:
+            return {}
+        keys = list(self.sums)
+        sums = torch.stack([self.sums[k].cpu() for k in keys])
+        counts = torch.stack([self.counts[k].cpu() for k in keys])
+        means = (sums / counts).tolist()  # in float32, as the sums are kept
+        return {k: m for k, m, c in zip(keys, means, counts.tolist()) if c}
+
+    def reset(self) -> None:
+        for v in (*self.sums.values(), *self.counts.values()):
+            v.zero_()
 
 
 class _WatchBefore(Observer):
@@ -103,13 +120,13 @@ class Watch(Observer):
         return out
 
     def reset(self) -> None:
-        self._stats = _Stats()
+        self._stats.reset()
 
     def state_dict(self) -> dict[str, Any]:
         """The running sums since the last reset (tensors) and their counts: what a checkpoint
         taken in the middle of an epoch keeps so that the epoch's means come out the same."""
         return {"sums": {k: v.detach().clone() for k, v in self._stats.sums.items()},
-                "counts": dict(self._stats.counts), "steps": self.steps}
+                "counts": {k: int(v) for k, v in self._stats.counts.items()}, "steps": self.steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state_dict` (the sums move to the device they were on).
@@ -123,7 +140,8 @@ class Watch(Observer):
                              "Watch.state_dict() (sums, counts, steps)")
         stats = _Stats()
         stats.sums = {str(k): v.clone() for k, v in state["sums"].items()}
-        stats.counts = {str(k): int(v) for k, v in state["counts"].items()}
+        stats.counts = {str(k): torch.tensor(float(int(v)), device=stats.sums[str(k)].device)
+                        for k, v in state["counts"].items() if str(k) in stats.sums}
         self._stats = stats
         self.steps = int(state.get("steps", 0))
 
@@ -161,7 +179,7 @@ def watch(model: nn.Module, selector: Selector, *, exclude: Selector | None = No
     """Keep running statistics of the selected layers in training mode.
 
     Per layer: activation mean, std and fraction of zeros, and the norm of the gradient of its
-    output; for layers carrying plugdrop forward transforms, the measured fraction the
+    output (not while the forward runs under ``torch.compile``: see the observation guide); for layers carrying plugdrop forward transforms, the measured fraction the
     transforms dropped (zeros after them beyond those before) next to their scheduled values.
     Statistics accumulate on the device without synchronizing; :meth:`Watch.as_dict` (for
     loggers, ``reset=True`` per epoch or step) and :meth:`Watch.table` read them.

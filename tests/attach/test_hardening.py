@@ -51,6 +51,42 @@ def test_inductor_follows_a_schedule_compiling_once():
     torch._dynamo.reset()
 
 
+def test_a_watched_model_compiles_once_along_steps_and_epochs():
+    """A watch on a compiled model (as the runner's ``compile:`` with its watch): its counts
+    are tensors and a reset zeroes them in place, and its gradient hooks stay out of the
+    graph, so the model compiles at its first steps only, without a graph break; the
+    forward statistics are those of eager mode. (Before, a Python count recompiled the hooks
+    at every step until dynamo's recompile limit, and the gradient hook broke the graph at
+    every watched layer.)"""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                      nn.ReLU())
+    pd.attach(m, "1", pd.DropBlock(0.2, 3))
+    w = pd.watch(m, "*")
+    cm = torch.compile(m, backend="eager")
+    x = torch.randn(4, 3, 12, 12)
+    frames0, breaks0 = _frames()
+    for _ in range(2):  # the first step creates the statistics, the second adds to them
+        cm(x).sum().backward()
+    frames1, _ = _frames()
+    for epoch in range(3):
+        for _ in range(4):
+            cm(x).sum().backward()
+        stats = w.as_dict(reset=True)
+    frames, breaks = _frames()
+    assert frames1 - frames0 <= 2 and breaks == breaks0, (frames1 - frames0, breaks - breaks0)
+    assert frames == frames1  # no recompile over 12 more steps and 3 resets
+    assert 0.0 < stats["1/drop_frac"] < 0.5 and stats["1/p"] == pytest.approx(0.2)
+    assert "1/grad_norm" not in stats  # gradients are watched in eager mode only
+    w.remove()
+    eager = pd.watch(m, "0")  # no optimizer: layer 0's output is the same at every step
+    m(x).sum().backward()
+    assert eager.as_dict()["0/act_mean"] == pytest.approx(stats["0/act_mean"], rel=1e-6)
+    assert eager.as_dict()["0/grad_norm"] > 0
+    torch._dynamo.reset()
+
+
 def test_inductor_gradient_transform_matches_eager():
     torch._dynamo.reset()
     torch.manual_seed(0)
