@@ -179,8 +179,9 @@ def watch(model: nn.Module, selector: Selector, *, exclude: Selector | None = No
     """Keep running statistics of the selected layers in training mode.
 
     Per layer: activation mean, std and fraction of zeros, and the norm of the gradient of its
-    output (not while the forward runs under ``torch.compile``: see the observation guide); for layers carrying plugdrop forward transforms, the measured fraction the
-    transforms dropped (zeros after them beyond those before) next to their scheduled values.
+    output (not while the forward runs under ``torch.compile``: see the observation guide);
+    for layers carrying plugdrop forward transforms, the measured fraction the transforms
+    dropped (zeros after them beyond those before) next to their scheduled values.
     Statistics accumulate on the device without synchronizing; :meth:`Watch.as_dict` (for
     loggers, ``reset=True`` per epoch or step) and :meth:`Watch.table` read them.
 
