@@ -247,7 +247,9 @@ def test_a_job_stopped_by_sigterm_is_submitted_again_and_resumes_at_its_step(ref
 @pytest.mark.slow
 def test_under_torchrun_every_rank_stops_at_the_same_step(tmp_path):
     """SIGTERM to torchrun (which hands it to its ranks): the ranks agree on the step, each
-    keeps its own position in the checkpoint, and the resumed run finishes."""
+    keeps its own position in the checkpoint, and the resumed run finishes; under torchrun,
+    ``batch_size`` is the global batch (the ranks share it: 22 steps an epoch, as in one
+    process) and the summary is printed once, by rank 0."""
     cfg = write(tmp_path, CFG.format(every="5steps").replace("epochs: 2", "epochs: 3"))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
@@ -266,6 +268,9 @@ def test_under_torchrun_every_rank_stops_at_the_same_step(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert attempts(out)[-1]["start_step"] == state["step"]
+    assert "x 2 processes" in done.stdout and done.stdout.count("runs finished") == 1
+    last = json.loads(next(out.glob("runs/*/metrics.jsonl")).read_text().splitlines()[-1])
+    assert last["epoch"] == 3 and last["step"] == 3 * STEPS  # the global batch
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2])

@@ -40,6 +40,8 @@ ADAPTIVE = "{min: 3, max: 5}"
 
 @pytest.mark.slow
 def test_a_program_is_handed_the_run_contract(tmp_path, monkeypatch, capsys):
+    for name in [k for k in os.environ if k.startswith("PLUGDROP_")]:  # the developer's own
+        monkeypatch.delenv(name)  # (PLUGDROP_TEST_WORKERS=3 ./dev test): not the contract's
     folder(tmp_path, monkeypatch, config(fake(
         "--seed", "{seed}", "--echo", "{variant}", "{spec}", "{run_dir}", "{metrics}")))
     assert ablate() == 0
