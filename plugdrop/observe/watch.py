@@ -139,9 +139,10 @@ class Watch(Observer):
             raise ValueError("watch.load_state_dict: expected the mapping of "
                              "Watch.state_dict() (sums, counts, steps)")
         stats = _Stats()
-        stats.sums = {str(k): v.clone() for k, v in state["sums"].items()}
-        stats.counts = {str(k): torch.tensor(float(int(v)), device=stats.sums[str(k)].device)
-                        for k, v in state["counts"].items() if str(k) in stats.sums}
+        counts = {str(k): int(v) for k, v in state["counts"].items()}
+        stats.sums = {str(k): v.clone() for k, v in state["sums"].items() if str(k) in counts}
+        stats.counts = {k: torch.tensor(float(counts[k]), device=v.device)
+                        for k, v in stats.sums.items()}
         self._stats = stats
         self.steps = int(state.get("steps", 0))
 
