@@ -36,6 +36,7 @@ def pytest_collection_modifyitems(config, items):
 _UNGROUPED: list[str] = []
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: -p no:xdist must still work
 def pytest_xdist_node_collection_finished(node, ids):
     """(In the controller) notice where ``--dist loadgroup`` does not group: pytest-xdist 3.8
     with pytest 9.2 (pytest-dev/pytest-xdist#1386) loses the group that it puts into the
