@@ -38,7 +38,8 @@ import pytest
 
 START_TIMEOUT = 30.0
 KILL_WAIT = 5  # seconds between SIGTERM and SIGKILL when Slurm ends a job
-CRED_EXPIRE = 10  # seconds a requeued job waits before it may start again (default 120)
+CRED_EXPIRE = 5  # seconds a requeued job waits before it may start again (default 120; Slurm
+#                  refuses less than 5)
 MIN_JOB_AGE = 300  # seconds a finished job stays in slurmctld's memory (scontrol, our sacct)
 PROGRAMS = ("munged", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue",
             "scontrol", "scancel", "sinfo")

@@ -5,8 +5,8 @@ machine (:mod:`_slurm`), started once for the module; every test skips where it 
 What Slurm does to a job, as these tests see it: ``scontrol requeue`` sends SIGCONT and
 SIGTERM to the batch script and its steps, SIGKILL ``KillWait`` seconds later, and starts the
 job again (``SLURM_RESTART_COUNT`` 1) once the requeue delay (``cred_expire``) has passed; a
-time limit with ``--signal=B:USR2@N`` sends SIGUSR2 (with SIGCONT) to the batch script at
-slurmctld's next time-limit check, made about every 30 s, whatever N; ``--time`` is counted in
+time limit with ``--signal=USR2@N`` sends SIGUSR2 to the job's steps (not to the batch script)
+at slurmctld's next time-limit check, made about every 30 s, whatever N; ``--time`` is counted in
 whole minutes. Then ``plugdrop ablate --launcher submitit`` runs its jobs through the real
 ``sbatch``/``srun`` and ends with the results of an unlaunched run."""
 
@@ -87,24 +87,35 @@ echo end $N >> $LOG
 
 
 @pytest.mark.slow
-def test_a_time_limit_signal_reaches_the_batch_script_before_the_limit(slurm_cluster, tmp_path):
+def test_a_time_limit_signal_reaches_the_job_step_before_the_limit(slurm_cluster, tmp_path):
+    """``--signal=USR2@N`` (what ``--signal-lead`` asks of sbatch) sends SIGUSR2 to the job's
+    steps (``srun``'s processes: where submitit runs a job), not to the batch script, at
+    slurmctld's next time-limit check."""
     c = slurm_cluster
     # a limit is whole minutes: 30 s becomes 1 min
     held = c.sbatch("--hold", "--time=0:30", "--wrap", "true")
     assert c.job(held)["TimeLimit"] == "00:01:00"
     c.run("scancel", held)
     log = tmp_path / "log"
-    job = c.sbatch("--time=1", "--signal=B:USR2@60", "-o", str(tmp_path / "out"),
-                   str(script(tmp_path, """\
-trap 'echo "$EPOCHREALTIME USR2" >> $LOG; exit 0' USR2
-echo "$EPOCHREALTIME start" >> $LOG
+    step = tmp_path / "step.sh"
+    step.write_text("""\
+#!/bin/bash
+trap 'echo "$EPOCHREALTIME USR2" >> $1; exit 0' USR2
+echo "$EPOCHREALTIME start" >> $1
 while true; do sleep 0.1 & wait $!; done
+""")
+    step.chmod(0o755)
+    job = c.sbatch("--time=1", "--signal=USR2@60", "-o", str(tmp_path / "out"),
+                   str(script(tmp_path, f"""\
+trap 'echo "$EPOCHREALTIME batch USR2" >> $LOG' USR2
+srun {step} $LOG
+echo "$EPOCHREALTIME end" >> $LOG
 """)), str(log))
     c.wait_state(job, "COMPLETED", "TIMEOUT", "FAILED", timeout=120)
-    lines = [x.split() for x in log.read_text().splitlines()]
-    assert [x[1] for x in lines] == ["start", "USR2"]
+    lines = [x.split(maxsplit=1) for x in log.read_text().splitlines()]
+    assert [x[1] for x in lines] == ["start", "USR2", "end"], lines
     delay = float(lines[1][0]) - float(lines[0][0])
-    print(f"SIGUSR2 {delay:.1f} s after the job started (time limit 60 s)")
+    print(f"SIGUSR2 {delay:.1f} s after the step started (time limit 60 s)")
     assert 0 < delay < 55  # slurmctld checks the limits every ~30 s
     assert c.state(job) == "COMPLETED"
     c.wait_empty(30)
@@ -188,6 +199,7 @@ checkpoint_every: 5steps
 variants:
   baseline: []
 """
+EPOCHS = 20  # long enough to be stopped three times before it ends
 
 
 def _attempts(out: Path) -> list[dict]:
@@ -198,8 +210,9 @@ def _attempts(out: Path) -> list[dict]:
 
 
 def _mid_epoch_checkpoint(out: Path, driver: subprocess.Popen | Driver, c: SlurmCluster,
-                          timeout: float = 120) -> int:
-    """Wait for a checkpoint taken in the middle of an epoch; returns its step."""
+                          after: int = 0, timeout: float = 120) -> int:
+    """Wait for a checkpoint taken in the middle of an epoch at a step past ``after``;
+    returns its step."""
     import torch
 
     path = out / "runs" / "baseline__s0" / "checkpoint.pt"
@@ -209,7 +222,7 @@ def _mid_epoch_checkpoint(out: Path, driver: subprocess.Popen | Driver, c: Slurm
         assert time.monotonic() - t0 < timeout, c.tail()
         try:
             state = torch.load(path, weights_only=True)
-            if state["position"] is not None:
+            if state["position"] is not None and int(state["step"]) > after:
                 return int(state["step"])
         except Exception:  # noqa: BLE001 - not there yet, or being replaced
             pass
@@ -228,42 +241,71 @@ def _drive(c: SlurmCluster, tmp_path: Path, epochs: int, *extra: str
     return driver, out, cfg
 
 
-def _job_id(out: Path) -> str:
-    (folder,) = [p for p in (out / ".submitit").iterdir() if p.is_dir()]
-    return folder.name
+def _job_ids(out: Path) -> list[str]:
+    """The ids of the jobs submitted so far (their folders in ``.submitit``)."""
+    return [p.name for p in (out / ".submitit").iterdir() if p.is_dir()]
+
+
+def _next_attempt(out: Path, driver: subprocess.Popen | Driver, c: SlurmCluster, n: int,
+                  timeout: float = 120) -> dict:
+    """Wait for the run's attempt ``n`` (1-based) to start; returns its record."""
+    t0 = time.monotonic()
+    while len(_attempts(out)) < n:
+        assert driver.poll() is None, driver.communicate()[1][-3000:] + c.tail()
+        assert time.monotonic() - t0 < timeout, c.tail()
+        time.sleep(0.1)
+    return _attempts(out)[n - 1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["requeue", "kill"])
-def test_a_job_stopped_in_the_middle_of_an_epoch_resumes_at_its_step(slurm_cluster, tmp_path,
-                                                                      how):
-    """``scontrol requeue`` (what a preemption does), or ``scancel --signal=KILL`` (Slurm sends
-    SIGTERM first, then SIGKILL after KillWait): the run checkpoints at its next step; the job
-    is requeued by Slurm, or, cancelled, submitted again by the driver; the new attempt resumes
-    at that step and the run ends with the metrics of an uninterrupted one; the driver leaves
-    no job behind."""
+def test_a_run_stopped_each_way_slurm_stops_a_job_resumes_at_its_step(slurm_cluster, tmp_path):
+    """One run of ``--launcher submitit``, stopped in the middle of an epoch three times:
+
+    1. ``scancel --signal=KILL``: the job ends, and the driver submits it again;
+    2. SIGUSR2 to the job's step (what Slurm sends ``--signal-lead`` seconds before the time
+       limit, as the test above shows): submitit's handler checkpoints the run and requeues
+       the job itself;
+    3. ``scontrol requeue`` (what a preemption does): SIGTERM, the run checkpoints at its next
+       step, and Slurm requeues the job.
+
+    Each new attempt resumes at the step its predecessor checkpointed, the run ends with the
+    metrics of an uninterrupted one, and the driver leaves no job behind. (The kill comes
+    first: submitit's watcher looks at a young job every few seconds, at an older one once a
+    minute.)"""
     pytest.importorskip("submitit", reason="the submitit extra is not installed")
     c = slurm_cluster
-    driver, out, cfg = _drive(c, tmp_path, 12, "--timeout-min", "30")
+    driver, out, _ = _drive(c, tmp_path, EPOCHS, "--timeout-min", "30", "--signal-lead", "50")
     try:
         seen = _mid_epoch_checkpoint(out, driver, c)
-        job = _job_id(out)
-        if how == "requeue":
-            assert c.run("scontrol", "requeue", job).returncode == 0, c.tail()
-        else:
-            assert c.run("scancel", "--signal=KILL", job).returncode == 0, c.tail()
+        (first,) = _job_ids(out)
+        assert c.run("scancel", "--signal=KILL", first).returncode == 0, c.tail()
         (tmp_path / "ref").mkdir()
-        ref = reference_ablation(tmp_path / "ref", LONG.format(epochs=12))  # meanwhile
+        ref = reference_ablation(tmp_path / "ref", LONG.format(epochs=EPOCHS))  # meanwhile
+        second = _next_attempt(out, driver, c, 2)
+        assert second["start_step"] >= seen > 0, _attempts(out)
+
+        seen = _mid_epoch_checkpoint(out, driver, c, after=second["start_step"])
+        (job,) = set(_job_ids(out)) - {first}
+        assert c.run("scancel", "--signal=USR2", job).returncode == 0, c.tail()
+        third = _next_attempt(out, driver, c, 3)
+        assert third["start_step"] >= seen, _attempts(out)
+        log = "".join(p.read_text() for p in (out / ".submitit" / job).glob("*_log.out"))
+        assert "Caught signal SIGUSR2" in log and "Requeued job" in log, log[-3000:]
+
+        seen = _mid_epoch_checkpoint(out, driver, c, after=third["start_step"])
+        assert c.run("scontrol", "requeue", job).returncode == 0, c.tail()
         _, err = driver.communicate(timeout=300)
     finally:
         if driver.poll() is None:
             driver.kill()
     assert driver.returncode == 0, err[-3000:] + c.tail()
-    first, second = _attempts(out)[:2]
-    assert first["start_step"] == 0 and second["start_step"] >= seen > 0, _attempts(out)
-    if how == "kill":
-        assert "ended before the run did; submitting it again (1/3)" in err
+    assert "ended before the run did; submitting it again (1/3)" in err
+    attempts = _attempts(out)
+    assert len(attempts) == 4 and attempts[0]["start_step"] == 0, attempts
+    assert attempts[3]["start_step"] >= seen, attempts
     assert rows(out) == rows(ref)
+    text = (out / ".submitit" / job / f"{job}_submission.sh").read_text()
+    assert "#SBATCH --signal=USR2@50" in text and "#SBATCH --time=30" in text, text
     assert _left_behind(c, out) == {}
     c.wait_empty(60)
 
@@ -286,35 +328,6 @@ def _left_behind(c: SlurmCluster, out: Path) -> dict[str, str]:
         if state != "RUNNING" or started > done + 1:
             left[j] = f"{state} since {start}"
     return left
-
-
-@pytest.mark.slow
-def test_a_time_limit_signal_checkpoints_and_submitit_requeues_the_job(slurm_cluster,
-                                                                       tmp_path):
-    """``--timeout-min 1`` with ``--signal-lead 50``: SIGUSR2 comes at slurmctld's next limit
-    check (~30 s); the run checkpoints at its next step, submitit's handler requeues the job,
-    and the requeued job's attempt starts at that step."""
-    pytest.importorskip("submitit", reason="the submitit extra is not installed")
-    c = slurm_cluster
-    driver, out, _ = _drive(c, tmp_path, 100000, "--timeout-min", "1", "--signal-lead", "50")
-    try:
-        t0 = time.monotonic()
-        while len(_attempts(out)) < 2:
-            assert driver.poll() is None, driver.communicate()[1][-3000:] + c.tail()
-            assert time.monotonic() - t0 < 150, c.tail()
-            time.sleep(0.2)
-        first, second = _attempts(out)[:2]
-        assert first["start_step"] == 0 and second["start_step"] > 0
-        log = "".join(p.read_text() for p in (out / ".submitit").glob("*/*_log.out"))
-        assert "Caught signal SIGUSR2" in log and "Requeued job" in log, log[-3000:]
-    finally:
-        driver.send_signal(signal.SIGINT)
-        try:
-            driver.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            driver.kill()
-        c.cancel_all()
-    c.wait_empty(60)
 
 
 @pytest.mark.slow
