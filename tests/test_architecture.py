@@ -327,7 +327,9 @@ def test_the_rule_checks_catch_what_they_look_for(tmp_path):
 @pytest.mark.slow
 def test_importing_plugdrop_imports_no_compiler():
     """``import plugdrop`` stays cheap for an eager user (and every job of an ablation): it
-    loads no part of torch.compile (dynamo alone costs seconds); compiling loads it."""
+    loads no part of torch.compile (dynamo alone costs seconds); compiling loads it. A job of
+    Slurm or Ray (which unpickles its callable from the launchers' package) loads no part of
+    the report either: scipy and matplotlib are the driver's."""
     import os
     import subprocess
     import sys
@@ -335,6 +337,9 @@ def test_importing_plugdrop_imports_no_compiler():
     code = ("import sys, plugdrop\n"
             "loaded = sorted(m for m in sys.modules if m.startswith(('torch._dynamo', "
             "'torch._inductor')))\n"
+            "import plugdrop.ablate.launch.submitit, plugdrop.ablate.launch.ray\n"
+            "loaded += sorted(m for m in sys.modules if m.startswith(("
+            "'plugdrop.ablate.report', 'scipy', 'matplotlib')))\n"
             "sys.exit(f'loaded: {loaded[:5]}' if loaded else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -17,7 +17,6 @@ from typing import TypeVar
 
 from .. import runs
 from ..errors import Fault
-from ..report import Rebuilder
 from ..runs import RunDir, RunLock
 from ..train import Stopped, on_rank0
 from .protocol import End, Job, JobEnd, LaunchContext, Launcher, View
@@ -76,6 +75,10 @@ class _Driver:
         self.waiting = Waiting()
         self.tries: dict[str, int] = {}
         self.over: dict[str, float] = {}
+        # here, not at the top: every job imports this package (submitit and Ray unpickle
+        # their callables from it), and only the driver needs the report (scipy, matplotlib)
+        from ..report import Rebuilder
+
         self.rebuild = Rebuilder(ctx.out, view.message)
 
     def probe(self, fn: Callable[[], T]) -> T:
