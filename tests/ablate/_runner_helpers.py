@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _processes import warm as _warm
 
 TESTS = Path(__file__).resolve().parent.parent  # tests/ (holds tinynet.py)
 ROOT = TESTS.parent
@@ -67,20 +68,11 @@ _env = env
 
 
 # The drivers these tests start are forked from the warm server of --launcher processes
-# (plugdrop.ablate.launch.warm), which then also holds what a driver imports: a driver starts
-# in a fraction of a second, not the ~10 s of CPU a fresh interpreter spends importing torch,
-# timm, scipy and matplotlib. (test_wheel, test_architecture and the docs start fresh ones.)
-_DRIVER = ["plugdrop.cli", "plugdrop.cli.ablate", "plugdrop.ablate.report",
-           "plugdrop.ablate.launch.driver", "plugdrop.ablate.search"]
+# (_processes.warm), which then also holds what a driver imports: a driver starts in a fraction
+# of a second, not the ~10 s of CPU a fresh interpreter spends importing torch, timm, scipy and
+# matplotlib. (test_wheel, test_architecture and the docs start fresh ones.)
 _OUTPUT = Path(tempfile.mkdtemp(prefix="plugdrop-tests-"))
 atexit.register(shutil.rmtree, _OUTPUT, True)
-
-
-def _warm():
-    from plugdrop.ablate.launch import warm
-
-    warm.preload(*_DRIVER)
-    return warm if warm.enabled() else None
 
 
 class Driver:

@@ -9,9 +9,10 @@ import tempfile
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from hypothesis import given, settings, strategies as st
+
+from _processes import spawn
 
 import plugdrop as pd
 from plugdrop import functional as F
@@ -154,7 +155,7 @@ def _ddp_worker(rank, world, init, out):
 def test_ddp_two_processes_every_transform():
     with tempfile.TemporaryDirectory() as tmp:
         init, out = os.path.join(tmp, "init"), os.path.join(tmp, "out")
-        mp.spawn(_ddp_worker, args=(2, init, out), nprocs=2, join=True)
+        spawn(_ddp_worker, (2, init, out))
         results = [torch.load(f"{out}.{r}") for r in range(2)]
     for r in results:
         assert r["same"]  # DDP kept the replicas equal: no reduction errors
@@ -390,7 +391,7 @@ def test_fsdp2_params_transform_acts_on_the_reduced_gradient():
     pytest.importorskip("torch.distributed.fsdp")
     with tempfile.TemporaryDirectory() as tmp:
         init, out = os.path.join(tmp, "init"), os.path.join(tmp, "out")
-        mp.spawn(_fsdp_worker, args=(2, init, out), nprocs=2, join=True)
+        spawn(_fsdp_worker, (2, init, out))
         results = [torch.load(f"{out}.{r}") for r in range(2)]
     for norms in results:
         for weight, bias, other in norms:

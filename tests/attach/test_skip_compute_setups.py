@@ -10,8 +10,9 @@ import tempfile
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
+
+from _processes import spawn
 
 import plugdrop as pd
 
@@ -308,7 +309,7 @@ def test_ddp_two_processes_average_plain_drop_paths_gradients():
     replicas stay equal."""
     with tempfile.TemporaryDirectory() as tmp:
         init, out = os.path.join(tmp, "init"), os.path.join(tmp, "out")
-        mp.spawn(_ddp_worker, args=(2, init, out), nprocs=2, join=True)
+        spawn(_ddp_worker, (2, init, out))
         results = [torch.load(f"{out}.{r}") for r in range(2)]
     for r in results:
         assert r["error"] < 1e-6 and r["same"] and r["steps"] == 4
