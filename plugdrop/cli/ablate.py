@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     code: int = Exit.OK
     if d.main:
         try:
-            rep = Rebuilder(out, lambda m: print(m, file=sys.stderr, flush=True))(final=True)
+            rep = Rebuilder(out, lambda m: print(m, file=sys.stderr, flush=True),
+                            plots=cfg.plots)(final=True)
         except Fault as e:  # every run ended; only the report could not be written
             print(f"plugdrop ablate: {e}; make room, then write it with: plugdrop report "
                   f"{out}", file=sys.stderr, flush=True)

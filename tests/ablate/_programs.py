@@ -25,10 +25,11 @@ VARIANTS = """\
 
 
 def config(program: str, *, seeds: str = "[0]", variants: str = VARIANTS, extra: str = "",
-           decide: str = "{metric: score, goal: max}\nmargin: 0.005") -> str:
-    """An ablation config around ``program`` (YAML of the ``program:`` value)."""
+           decide: str = "{metric: score, goal: max}\nmargin: 0.005", plots: bool = False) -> str:
+    """An ablation config around ``program`` (YAML of the ``program:`` value); no plots
+    unless a test looks at them (``plots``)."""
     return (f"program: {program}\ndecide_on: {decide}\nseeds: {seeds}\n{extra}"
-            f"variants:\n{variants}")
+            f"plots: {str(plots).lower()}\nvariants:\n{variants}")
 
 
 def fake(*args: str) -> str:

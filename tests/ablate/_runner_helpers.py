@@ -34,6 +34,7 @@ variants:
        p: {schedule: linear, start: 0.0, end: 0.2}}
     - {layers: "layer2.*", transform: Dropout2d, p: {schedule: cosine, start: 0.0, end: 0.1}}
     - {layers: fc, transform: ClipGradNorm, max_norm: 1.0, where: params}
+plots: false
 """
 
 SMALL = """\
@@ -49,6 +50,7 @@ variants:
   baseline: []
   dropblock:
     - {layers: "layer1.*", transform: DropBlock, p: 0.1, block_size: 3}
+plots: false
 """
 
 

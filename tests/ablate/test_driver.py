@@ -6,6 +6,7 @@ it; the capacity is never exceeded; Ctrl-C cancels what runs."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -96,7 +97,8 @@ class Scripted:
 
 
 def _ctx(out: Path, retries: int = 1) -> LaunchContext:
-    return LaunchContext(cfg=None, out=out, d=Dist(), program=None, progress=None,  # type: ignore
+    return LaunchContext(cfg=SimpleNamespace(plots=False), out=out,  # type: ignore
+                         d=Dist(), program=None, progress=None,  # type: ignore
                          options=LaunchOptions(max_retries=retries))
 
 

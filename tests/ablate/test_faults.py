@@ -334,6 +334,7 @@ workers: 1
 seeds: [0]
 device: cpu
 gradcam: false
+plots: false
 variants:
   baseline: []
 """

@@ -42,6 +42,7 @@ batch_size: 64
 seeds: [0]
 device: cpu
 gradcam: false
+plots: false
 ema: true
 checkpoint_every: {every}
 variants:
@@ -155,6 +156,7 @@ batch_size: 4
 seeds: [0]
 device: cpu
 gradcam: false
+plots: false
 checkpoint_every: false
 variants:
   dropblock:

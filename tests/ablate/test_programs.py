@@ -111,7 +111,7 @@ def test_a_shell_script_is_a_program(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_decisions_on_the_programs_metric_and_its_report(tmp_path, monkeypatch, capsys):
-    folder(tmp_path, monkeypatch, config(fake(), seeds=ADAPTIVE))
+    folder(tmp_path, monkeypatch, config(fake(), seeds=ADAPTIVE, plots=True))
     assert ablate() == 0
     out = tmp_path / "out"
     assert verdicts(out) == {"baseline": "baseline", "good": "better", "bad": "worse"}

@@ -154,9 +154,9 @@ def test_folder_of_another_config_is_refused_and_locked(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_crashing_run_does_not_stop_the_others(tmp_path, capsys):
-    text = SMALL.replace("epochs: 2", "epochs: 1") + (
+    text = SMALL.replace("epochs: 2", "epochs: 1").replace("plots: false\n", (
         "  explode:\n    - {layers: fc, transform: ScaleGrad, factor: 1.0e+30}\n"
-        "  last:\n    - {layers: \"layer2.*\", transform: Dropout2d, p: 0.1}\n")
+        "  last:\n    - {layers: \"layer2.*\", transform: Dropout2d, p: 0.1}\nplots: false\n"))
     out = tmp_path / "out"
     assert main(["ablate", str(write(tmp_path, text)), "--out", str(out)]) == 1
     failed = json.loads((out / "runs" / "explode__s0" / "failed.json").read_text())
@@ -212,7 +212,8 @@ def test_dry_step_fails_before_training(tmp_path, capsys, old, new, message):
     out = tmp_path / "out"
     assert main(["ablate", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"plugdrop ablate: {path}:12:") and message in err, err
+    line = SMALL.splitlines().index("  dropblock:") + 2  # the variant's first attachment
+    assert err.startswith(f"plugdrop ablate: {path}:{line}:") and message in err, err
     assert err.count("\n") == 1 and not (out / "runs").exists()
 
 
@@ -246,13 +247,21 @@ def test_under_torchrun_a_mistake_is_one_line_once(tmp_path):
 
 @pytest.mark.slow
 def test_report_command(tmp_path, capsys):
+    """``plots: false`` (here through ``--set``): the ablation writes its tables, CSV, JSON
+    and page but no plot; ``plugdrop report`` rebuilds them, plots included."""
     out = tmp_path / "out"
-    assert main(["ablate", str(write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1"))),
-                 "--out", str(out)]) == 0
+    text = SMALL.replace("epochs: 2", "epochs: 1").replace("plots: false", "plots: true")
+    assert main(["ablate", str(write(tmp_path, text)), "--out", str(out), "--set",
+                 "plots=false"]) == 0
+    assert {p.name for p in out.iterdir() if p.is_file()} >= {
+        "results.csv", "results.json", "report.html"}
+    assert not list(out.glob("*.png")) and ".png" not in capsys.readouterr().out
+    assert "data:image/png" not in (out / "report.html").read_text()
     (out / "results.csv").unlink()
-    capsys.readouterr()
     assert main(["report", str(out)]) == 0
     assert (out / "results.csv").exists() and "baseline" in capsys.readouterr().out
+    assert (out / "val_acc.png").read_bytes()[:4] == b"\x89PNG"
+    assert "data:image/png;base64" in (out / "report.html").read_text()  # inline
     assert main(["report", str(tmp_path)]) == 2
 
 
@@ -280,6 +289,7 @@ epochs: 1
 batch_size: 8
 seeds: [0]
 device: cpu
+plots: false
 variants:
   baseline: []
   dropblock:

@@ -195,6 +195,7 @@ batch_size: 64
 seeds: [0]
 device: cpu
 gradcam: false
+plots: false
 checkpoint_every: 5steps
 variants:
   baseline: []

@@ -214,6 +214,12 @@ class AblationConfig:
         help="Grad-CAM overlays of the first seed of each variant: `auto` (the last "
              "regularized layer with a map of at least 4x4), a layer name, `{layer, images}` "
              "or false")
+    plots: bool = setting(
+        True, group="Runs", check=C.boolean, hashed=False,
+        help="whether the report draws its PNG plots (matplotlib: about a second of CPU at the "
+             "end of a small ablation, and at most once a minute while it runs); false: "
+             "results.csv, results.json and report.html only (`plugdrop report DIR` draws "
+             "them later)")
     log: tuple[str, ...] = setting((), group="Runs", check=C.log, hashed=False, shown="[]",
                                    loop=True, help="`[tensorboard]`: event files in each run folder")
     checkpoint_every: Interval | bool = setting(

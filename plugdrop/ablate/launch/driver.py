@@ -79,7 +79,7 @@ class _Driver:
         # their callables from it), and only the driver needs the report (scipy, matplotlib)
         from ..report import Rebuilder
 
-        self.rebuild = Rebuilder(ctx.out, view.message)
+        self.rebuild = Rebuilder(ctx.out, view.message, plots=ctx.cfg.plots)
 
     def probe(self, fn: Callable[[], T]) -> T:
         """``fn`` (reading the folder) on rank 0, its result on every rank."""

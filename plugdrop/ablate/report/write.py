@@ -194,14 +194,16 @@ class Rebuilder:
         out: the ablation folder.
         message: where a failure to write is said.
         every: the least time between two drawings of the plots, in seconds.
+        plots: whether to draw the plots at all (the config's ``plots``).
     """
 
-    def __init__(self, out: Path, message: Callable[[str], None], every: float = 60.0) -> None:
-        self.out, self.message, self.every = out, message, every
+    def __init__(self, out: Path, message: Callable[[str], None], every: float = 60.0,
+                 plots: bool = True) -> None:
+        self.out, self.message, self.every, self.plots = out, message, every, plots
         self.last_plots = time.monotonic()
 
     def __call__(self, final: bool = True) -> Report | None:
-        plots = final or time.monotonic() - self.last_plots >= self.every
+        plots = self.plots and (final or time.monotonic() - self.last_plots >= self.every)
         try:
             rep = write_report(self.out, plots=plots)
         except Fault:  # the folder takes no file: the runs could not either, so stop
