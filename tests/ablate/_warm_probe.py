@@ -1,7 +1,9 @@
 """What a job started by :mod:`plugdrop.ablate.launch.warm` sees: printed as one JSON line.
 
-``python -m _warm_probe CODE [sleep]``: exits with CODE, after sleeping when asked. The
-functions are submitit jobs (:mod:`plugdrop.ablate.launch.submitit_local`)."""
+``python -m _warm_probe CODE [sleep]``: exits with CODE, after sleeping when asked;
+``python -m _warm_probe nest LOG``: starts ``_warm_probe 5`` as a warm job of its own (its line
+in LOG) and exits with that job's status + 1. The functions are submitit jobs
+(:mod:`plugdrop.ablate.launch.submitit_local`)."""
 
 import json
 import multiprocessing
@@ -38,12 +40,19 @@ def preempted_once(marker: str) -> str:
 if __name__ == "__main__":
     print(json.dumps({
         "name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path[:3],
-        "probe": os.environ.get("PROBE"), "home": os.environ.get("HOME"),
+        "probe": os.environ.get("PROBE"), "home": os.environ.get("HOME"), "ppid": os.getppid(),
         "session": os.getsid(0) == os.getpid(), "warm": "timm" in sys.modules,
         "start_method": multiprocessing.get_start_method(allow_none=True),
         "threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None,
     }), flush=True)
     print("to stderr", file=sys.stderr, flush=True)
+    if sys.argv[1] == "nest":
+        from plugdrop.ablate.launch import warm
+
+        with open(sys.argv[2], "ab") as f:
+            job = warm.start([sys.executable, "-m", "_warm_probe", "5"], env=dict(os.environ),
+                             log=Path(sys.argv[2]), log_file=f)
+        sys.exit(job.wait(120) + 1)
     if sys.argv[2:] == ["sleep"]:
         time.sleep(60)
     sys.exit(int(sys.argv[1]))

@@ -57,6 +57,18 @@ def test_a_warm_job_runs_as_python_dash_m(tmp_path, monkeypatch):
     assert os.environ.get("PROBE") is None  # nothing leaked into the driver
 
 
+def test_a_warm_job_starts_its_own_warm_jobs_from_the_same_server(tmp_path):
+    """A job that starts warm jobs itself (a driver the tests fork): they fork from the server
+    that forked it, not from a second server (a fresh interpreter importing torch again)."""
+    nested = tmp_path / "nested.log"
+    job, log = _start(tmp_path, "nest", str(nested))
+    assert job.wait(timeout=120) == 6
+    outer, (inner,) = _printed(log)[0], [json.loads(x) for x in nested.read_text().splitlines()
+                                         if x.startswith("{")]
+    assert inner["warm"] and inner["argv"][1:] == ["5"]
+    assert inner["ppid"] == outer["ppid"]  # the same server forked both
+
+
 def test_a_signal_ends_a_warm_job_as_it_ends_a_process(tmp_path):
     job, log = _start(tmp_path, "0", "sleep", OMP_NUM_THREADS="1")
     deadline = time.monotonic() + 120

@@ -4,7 +4,8 @@ A fresh ``python -m plugdrop.ablate.worker`` spends seconds of CPU importing tor
 torchvision (about 7 s on a 2-core machine) before its first step, once per run, and again
 whenever a run is retried. ``--launcher processes`` instead forks each run's process from a
 server that imported them once (:mod:`multiprocessing`'s ``forkserver``, started by the first
-job of the driver and ended with it): a job then starts in a fraction of a second.
+job of the driver and ended with it): a job then starts in a fraction of a second. A job that
+starts warm jobs itself forks them from the same server.
 
 The server never runs a torch operation, holds no GPU and starts no thread pool, so each child
 is a clean process. It runs the worker as ``python -m plugdrop.ablate.worker`` would
@@ -140,6 +141,23 @@ def _handlers_reset() -> None:
             pass
 
 
+def _share_the_server() -> None:
+    """(In a job.) The warm jobs this job starts (a driver forked warm, as the tests fork
+    theirs) fork from the server that forked this one instead of from a second server, which
+    would be a fresh interpreter importing :data:`PRELOAD` again: seconds of CPU each time.
+    :mod:`multiprocessing.forkserver` hands its children the server's address and the "alive"
+    pipe; only the check that this process started the server itself (it would start one)
+    is left out. Where the server is gone, a job fails to start and :func:`start` falls back to
+    fresh interpreters. (Private names of the standard library, used here only.)"""
+    from multiprocessing import forkserver, resource_tracker
+
+    server = getattr(forkserver, "_forkserver", None)
+    if (server is not None and getattr(server, "_forkserver_address", None) is not None
+            and getattr(server, "_forkserver_alive_fd", None) is not None
+            and getattr(server, "_forkserver_pid", 0) is None):
+        server.ensure_running = resource_tracker.ensure_running
+
+
 def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: str | None,
          stderr: str | None, new_session: bool = True, unbuffered: bool = False) -> None:
     """The child: the job's session (unless ``new_session`` is false), environment, directory,
@@ -169,6 +187,7 @@ def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: st
     os.chdir(cwd)
     sys.path[:] = _module_path(env, cwd)
     _threads(env)
+    _share_the_server()
     # multiprocessing's start method as in a fresh interpreter (the server's child inherits
     # "forkserver"): a DataLoader's workers fork from the job, they do not start a server
     multiprocessing.set_start_method(None, force=True)
