@@ -20,9 +20,11 @@ def pytest_configure(config):
 
 #: tests that share one xdist worker: the cluster they use is started once per test process,
 #: so in one worker it starts once (a Ray cluster and its workers cost about 30 s of CPU), and
-#: the Slurm tests, which mostly wait for the scheduler, wait one at a time while the other
-#: worker computes
-_GROUPS = {"slurm_cluster": "slurm", "ray_cluster": "ray"}
+#: the Slurm and Ray tests, which mostly wait for the scheduler or a retry, wait one at a time
+#: while the other worker computes (in two groups, both workers waited at the start)
+_GROUPS = {"slurm_cluster": "clusters", "ray_cluster": "clusters"}
+#: the longest single test, started first so that it does not end the run on one worker alone
+_FIRST = "tests/test_docs.py::test_the_docs_build_offline_without_warnings"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the marks to group the tests
@@ -31,6 +33,7 @@ def pytest_collection_modifyitems(config, items):
         for fixture, group in _GROUPS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.nodeid != _FIRST)  # stable: the rest keep their order
 
 
 _UNGROUPED: list[str] = []

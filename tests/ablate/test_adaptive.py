@@ -156,7 +156,8 @@ def ref_launched(tmp_path_factory) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", [
     "processes", "submitit",
-    pytest.param("ray", marks=pytest.mark.xdist_group("ray"))])  # the process of the Ray tests
+    # the process of the cluster tests (tests/conftest.py's _GROUPS)
+    pytest.param("ray", marks=pytest.mark.xdist_group("clusters"))])
 def test_an_adaptive_ablation_through_each_launcher(launcher, tmp_path, ref_launched, request,
                                                     capsys):
     """Every launcher trains a round's runs as its jobs; the driver decides between rounds:
