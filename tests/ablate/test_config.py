@@ -141,6 +141,8 @@ ERRORS = [
     (("p: 0.1, block_size: 3", "p: {grid: []}, block_size: 3"), 10, "a grid is {grid: [value"),
     (("batch_size: 128", "batch_size: 128\nwatch: 3"), 6, "watch must be auto, false, or a "
                                                         "selector"),
+    (("plots: false", "plots: maybe"), 16, "plots must be true or false, got 'maybe'"),
+    (("plots: false", "plots:"), 16, "plots must be true or false, got None"),
 ]
 
 
