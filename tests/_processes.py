@@ -30,11 +30,14 @@ def spawn(fn: Callable[..., None], args: tuple, nprocs: int = 2) -> None:
     """``torch.multiprocessing.spawn(fn, args, nprocs)`` (each process is called
     ``fn(rank, *args)``; raises when one fails), the processes forked from the warm
     server."""
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
     server = warm()
     if server is None:
         mp.spawn(fn, args=args, nprocs=nprocs, join=True)
         return
-    server._server()  # the preloads set before the server starts, whoever starts it
+    # the preloads set before the server starts, whoever starts it (one server per process)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(server.PRELOAD))
     mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="forkserver")
