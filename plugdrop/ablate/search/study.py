@@ -82,17 +82,29 @@ class Proposal:
 
 
 class Study:
-    """The search's Optuna study, stored in ``path`` (created, or loaded to resume)."""
+    """The search's Optuna study, stored in ``path`` (created, or loaded to resume).
+
+    The caller holds the search folder's lock, so no other process reads or writes the journal:
+    a journal lock found at the start (``study.journal.lock``) was left by a search killed
+    while it read or wrote, and is released."""
 
     def __init__(self, path: Path, spec: SearchSpec) -> None:
         optuna = require_optuna()
         from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
+        from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
         self.spec = spec
         self.optuna = optuna
         self.dists = {d.name: _distribution(d) for d in spec.dimensions}
-        storage = JournalStorage(JournalFileBackend(str(path)))
+        # Absolute: Optuna's lock is a symbolic link to this path, and a relative one (from
+        # --out out) dangles; waiting on a dangling lock, Optuna spins without end.
+        file = str(path.resolve())
+        lock = JournalFileSymlinkLock(file)
+        try:
+            lock.release()  # a kill's leftover (see above)
+        except RuntimeError:
+            pass  # none was left: the usual case
+        storage = JournalStorage(JournalFileBackend(file, lock_obj=lock))
         self.study = optuna.create_study(storage=storage, study_name=_NAME,
                                          direction="maximize", load_if_exists=True)
         self.trials: dict[int, Any] = {}

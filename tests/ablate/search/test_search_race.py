@@ -9,6 +9,7 @@ search's own estimate of the best would do so far more often (the winner's curse
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,6 +104,40 @@ def test_a_kill_inside_an_ask_is_asked_again(tmp_path):
     assert _result(resumed) == _result(whole)
     states = [t.state.name for t in study.study.get_trials()]
     assert "FAIL" in states
+
+
+def test_a_kill_while_optuna_holds_its_journal_lock_resumes(tmp_path, monkeypatch):
+    """A search killed while Optuna reads or writes its journal leaves Optuna's lock (a
+    symbolic link beside the journal) behind; resumed, from a folder named relatively as
+    ``--out out`` names it, the search releases that lock and ends as an uninterrupted one
+    (Optuna alone waits on it without end: the link dangles, so its grace period never
+    starts)."""
+    import signal
+
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    text = config(budget=40, seed=5)
+    whole, _, _ = drive(text, tmp_path / "whole.journal")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    journal = Path("out") / "study.journal"
+    values: dict = {}
+    with pytest.raises(Stop):
+        drive(text, journal, values, stop_after=9)
+    assert JournalFileSymlinkLock(str(journal)).acquire()  # and killed before its release
+
+    def hung(*_):
+        raise TimeoutError("the resumed search waited 20 s on the lock a kill left")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        resumed, _, _ = drive(text, journal, values)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert _result(resumed) == _result(whole)
+    assert not Path("out/study.journal.lock").is_symlink()
 
 
 def test_no_true_effect_the_confirmation_is_false_better_at_most_alpha():
