@@ -14,11 +14,15 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from _runner_helpers import (  # noqa: F401 (ray_cluster: a fixture)
     SMALL, cli, popen, ray_cluster, reference, write)
 
+from plugdrop.ablate.errors import Fault
+from plugdrop.ablate.launch.protocol import End, JobEnd
+from plugdrop.ablate.outcome import RunResult
 from plugdrop.cli import main
 
 # 2 variants x 2 seeds, 3 epochs at 8 px: a kill after epoch 1 leaves two epochs to resume.
@@ -184,6 +188,61 @@ def test_submitit_local_preempted_and_killed_jobs_resume(tmp_path, ref):
     assert table(out) == table(ref)
     logs = "".join(p.read_text() for p in (out / ".submitit").rglob("*.out"))
     assert "resuming at epoch 2" in logs
+
+
+class _EndedJob:
+    """A Slurm job, as submitit answers for it, that ended in ``state`` (its result file
+    there or not); asking for its result where submitit would wait for the file is seen."""
+
+    def __init__(self, folder: Path, state: str, result: str | None) -> None:
+        self.paths = SimpleNamespace(result_pickle=folder / "0_result.pkl")
+        self.job_id, self.state, self._result, self.asked = "7", state, result, False
+        if result is not None:
+            self.paths.result_pickle.write_text("the result")
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> str:
+        self.asked = True
+        if self._result is None:
+            raise RuntimeError("no result: submitit waited 15 s for its file first")
+        return self._result
+
+
+_FAULT = RunResult.faulted(Fault("disk full", "free space")).to_json()
+
+
+@pytest.mark.parametrize("state,result,asked,end", [
+    ("CANCELLED by 0", None, False, End.ENDED),  # scancel, a kill
+    ("FAILED", None, False, End.ENDED),  # a job stopped for Slurm to requeue, a lost node
+    ("NODE_FAIL", None, False, End.ENDED),
+    ("COMPLETED", _FAULT, True, End.FAULT),  # the job sent its fault
+    ("COMPLETED", None, True, End.ENDED),  # completed: its file may be late (NFS): waited for
+    ("FAILED", _FAULT, True, End.FAULT),  # the file is there: read at once
+], ids=["cancelled", "failed", "node-fail", "completed-fault", "completed-late", "failed-fault"])
+def test_a_slurm_job_that_ended_without_a_result_is_not_waited_for(tmp_path, state, result,
+                                                                     asked, end):
+    """submitit waits up to 15 s for the result file of an ended job, stalling the driver: a
+    job that Slurm did not see complete, without the file, has no result, and the driver takes
+    its end at once (the run folder decides what follows)."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    from plugdrop.ablate.launch.submitit import _SlurmJob
+
+    job = _EndedJob(tmp_path, state, result)
+    got = _SlurmJob(None, job, tmp_path).poll()  # type: ignore[arg-type]
+    assert got is not None and got.status is end and job.asked is asked
+
+
+def test_a_local_job_that_ended_without_a_result_is_not_waited_for(tmp_path):
+    """On this machine (``--slurm-cluster local``) a job's result file is there when it ends,
+    or never: a job killed or stopped for a requeue ends at once."""
+    submitit = pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    from plugdrop.ablate.launch.submitit import _SlurmJob
+
+    local = submitit.LocalJob(folder=tmp_path, job_id="1")  # ended: no process, no result
+    local.result = lambda: pytest.fail("waited for the result of a local job without one")
+    assert _SlurmJob(None, local, tmp_path).poll() == JobEnd(End.ENDED)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------------- ray

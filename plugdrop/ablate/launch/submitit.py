@@ -127,6 +127,8 @@ class _SlurmJob:
     def poll(self) -> JobEnd | None:
         if not self.job.done():
             return None
+        if not self._has_result():  # killed, preempted, stopped: the run folder tells
+            return JobEnd(End.ENDED)
         try:  # the run folder decides; the job's own word counts only for a fault
             fault = RunResult.from_json(self.job.result())
         except Exception:  # noqa: BLE001 - killed, preempted, lost: the folder tells
@@ -134,6 +136,17 @@ class _SlurmJob:
         if fault is None or fault.status is not Status.FAULT:
             return JobEnd(End.ENDED)
         return JobEnd.of(fault)
+
+    def _has_result(self) -> bool:
+        """Whether the ended job returned (a run's result, a fault among them). Asked for a
+        result, submitit waits up to 15 s for its file to appear (late on a network file
+        system), a wait that would stall the driver for every job killed or preempted, which
+        leaves none: only a job Slurm saw complete, or one whose file is there, has one."""
+        if self.job.paths.result_pickle.exists():
+            return True
+        if isinstance(self.job, submitit.LocalJob):  # this machine: the file is there or never
+            return False
+        return str(self.job.state).upper().startswith("COMPLETED")
 
     def cancel(self) -> None:
         self.job.cancel(check=False)
