@@ -201,7 +201,7 @@ class _EndedJob:
             self.paths.result_pickle.write_text("the result")
 
     def done(self) -> bool:
-        return True
+        return self.state != "RUNNING"
 
     def result(self) -> str:
         self.asked = True
@@ -232,6 +232,20 @@ def test_a_slurm_job_that_ended_without_a_result_is_not_waited_for(tmp_path, sta
     job = _EndedJob(tmp_path, state, result)
     got = _SlurmJob(None, job, tmp_path).poll()  # type: ignore[arg-type]
     assert got is not None and got.status is end and job.asked is asked
+
+
+def test_a_slurm_job_that_wrote_its_result_ends_before_slurm_says_so(tmp_path):
+    """The result file, written whole as the job's last act, ends the job for the driver at
+    once: Slurm's accounting, which submitit's watcher reads once a minute for an old job,
+    may still say RUNNING."""
+    pytest.importorskip("submitit", reason="the submitit extra is not installed")
+    from plugdrop.ablate.launch.submitit import _SlurmJob
+
+    job = _EndedJob(tmp_path, "RUNNING", _FAULT)
+    end = _SlurmJob(None, job, tmp_path).poll()  # type: ignore[arg-type]
+    assert end is not None and end.status is End.FAULT and str(end.fault) == "disk full"
+    job.paths.result_pickle.unlink()
+    assert _SlurmJob(None, job, tmp_path).poll() is None  # type: ignore[arg-type]
 
 
 def test_a_local_job_that_ended_without_a_result_is_not_waited_for(tmp_path):

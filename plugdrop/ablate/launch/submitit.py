@@ -125,7 +125,9 @@ class _SlurmJob:
         self.logs = str(out / ".submitit" / str(job.job_id))
 
     def poll(self) -> JobEnd | None:
-        if not self.job.done():
+        # its result file (written whole, as the job's last act) ends it at once; Slurm's
+        # accounting, which submitit reads every minute for an old job, only after that
+        if not self.job.paths.result_pickle.exists() and not self.job.done():
             return None
         if not self._has_result():  # killed, preempted, stopped: the run folder tells
             return JobEnd(End.ENDED)
