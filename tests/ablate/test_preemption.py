@@ -14,7 +14,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 import torch
 from _gen import image_folder
 from _runner_helpers import (  # noqa: F401 (reference: a fixture)
-    Driver, env, popen, reference, write)
+    Driver, cli, popen, reference, write)
 
 from plugdrop.ablate import config
 from plugdrop.ablate.train import signals
@@ -254,10 +253,10 @@ def test_under_torchrun_every_rank_stops_at_the_same_step(tmp_path):
     process) and the summary is printed once, by rank 0."""
     cfg = write(tmp_path, CFG.format(every="5steps").replace("epochs: 2", "epochs: 3"))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", "-m", "plugdrop", "ablate", str(cfg), "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env())
+    # torchrun's agent forked warm (its ranks are fresh interpreters, as torchrun starts them)
+    args = ["--standalone", "--nproc_per_node", "2", "-m", "plugdrop", "ablate", str(cfg),
+            "--out", str(out)]
+    proc = popen(*args, module="torch.distributed.run")
     first_mid_epoch_checkpoint(out, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=240)
@@ -266,8 +265,7 @@ def test_under_torchrun_every_rank_stops_at_the_same_step(tmp_path):
     assert state["epoch"] < 3 and state["position"] is not None, state["step"]
     steps = {p["steps"] for p in state["position"]}
     assert len(state["position"]) == 2 and len(steps) == 1  # the same step on both ranks
-    done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, env=env(),
-                          timeout=300)
+    done = cli(*args, "--resume", module="torch.distributed.run")
     assert done.returncode == 0, done.stderr[-3000:]
     assert attempts(out)[-1]["start_step"] == state["step"]
     assert "x 2 processes" in done.stdout and done.stdout.count("runs finished") == 1

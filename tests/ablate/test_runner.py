@@ -8,12 +8,11 @@ import csv
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import GOOD, SMALL, env, popen, write
+from _runner_helpers import GOOD, SMALL, cli, popen, write
 
 from plugdrop.ablate import runs
 from plugdrop.cli import main
@@ -235,10 +234,9 @@ def test_under_torchrun_a_mistake_is_one_line_once(tmp_path):
     torchrun's. (A run under torchrun, its global batch and its summary printed once:
     ``test_preemption.py::test_under_torchrun_every_rank_stops_at_the_same_step``.)"""
     path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", "-m", "plugdrop", "ablate", str(path), "--out", str(tmp_path / "out"),
-           "--set", "seeds=[true]"]
-    bad = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=300)
+    bad = cli("--standalone", "--nproc_per_node", "2", "-m", "plugdrop", "ablate", str(path),
+              "--out", str(tmp_path / "out"), "--set", "seeds=[true]",
+              module="torch.distributed.run")  # the agent forked warm, the ranks fresh
     assert bad.returncode != 0  # a mistake never looks like success to a script
     assert bad.stderr.count("seeds must be a list of integers") == 1, bad.stderr
     ours = bad.stderr.index("plugdrop ablate: ")
