@@ -86,18 +86,17 @@ echo end $N >> $LOG
     c.wait_empty(30)
 
 
-@pytest.mark.slow
-def test_a_time_limit_signal_reaches_the_job_step_before_the_limit(slurm_cluster, tmp_path):
-    """``--signal=USR2@N`` (what ``--signal-lead`` asks of sbatch) sends SIGUSR2 to the job's
-    steps (``srun``'s processes: where submitit runs a job), not to the batch script, at
-    slurmctld's next time-limit check."""
-    c = slurm_cluster
+def _time_limit_job(c: SlurmCluster, folder: Path) -> tuple[str, Path]:
+    """A job whose step (a bash loop) logs when SIGUSR2 reaches it, submitted with
+    ``--time=1 --signal=USR2@60``: what ``--signal-lead`` asks of sbatch. (It waits for
+    slurmctld's next time-limit check, up to 30 s: a test that waits anyway runs it beside.)"""
+    folder.mkdir()
     # a limit is whole minutes: 30 s becomes 1 min
     held = c.sbatch("--hold", "--time=0:30", "--wrap", "true")
     assert c.job(held)["TimeLimit"] == "00:01:00"
     c.run("scancel", held)
-    log = tmp_path / "log"
-    step = tmp_path / "step.sh"
+    log = folder / "log"
+    step = folder / "step.sh"
     step.write_text("""\
 #!/bin/bash
 trap 'echo "$EPOCHREALTIME USR2" >> $1; exit 0' USR2
@@ -105,12 +104,18 @@ echo "$EPOCHREALTIME start" >> $1
 while true; do sleep 0.1 & wait $!; done
 """)
     step.chmod(0o755)
-    job = c.sbatch("--time=1", "--signal=USR2@60", "-o", str(tmp_path / "out"),
-                   str(script(tmp_path, f"""\
+    job = c.sbatch("--time=1", "--signal=USR2@60", "-o", str(folder / "out"),
+                   str(script(folder, f"""\
 trap 'echo "$EPOCHREALTIME batch USR2" >> $LOG' USR2
 srun {step} $LOG
 echo "$EPOCHREALTIME end" >> $LOG
 """)), str(log))
+    return job, log
+
+
+def _time_limit_signal_reached_the_step(c: SlurmCluster, job: str, log: Path) -> None:
+    """``--signal=USR2@N`` sent SIGUSR2 to the job's steps (``srun``'s processes: where
+    submitit runs a job), not to the batch script, at slurmctld's next time-limit check."""
     c.wait_state(job, "COMPLETED", "TIMEOUT", "FAILED", timeout=120)
     lines = [x.split(maxsplit=1) for x in log.read_text().splitlines()]
     assert [x[1] for x in lines] == ["start", "USR2", "end"], lines
@@ -118,7 +123,6 @@ echo "$EPOCHREALTIME end" >> $LOG
     print(f"SIGUSR2 {delay:.1f} s after the step started (time limit 60 s)")
     assert 0 < delay < 55  # slurmctld checks the limits every ~30 s
     assert c.state(job) == "COMPLETED"
-    c.wait_empty(30)
 
 
 @pytest.mark.slow
@@ -264,7 +268,7 @@ def test_a_run_stopped_each_way_slurm_stops_a_job_resumes_at_its_step(slurm_clus
 
     1. ``scancel --signal=KILL``: the job ends, and the driver submits it again;
     2. SIGUSR2 to the job's step (what Slurm sends ``--signal-lead`` seconds before the time
-       limit, as the test above shows): submitit's handler checkpoints the run and requeues
+       limit, as the job beside shows): submitit's handler checkpoints the run and requeues
        the job itself;
     3. ``scontrol requeue`` (what a preemption does): SIGTERM, the run checkpoints at its next
        step, and Slurm requeues the job.
@@ -272,9 +276,11 @@ def test_a_run_stopped_each_way_slurm_stops_a_job_resumes_at_its_step(slurm_clus
     Each new attempt resumes at the step its predecessor checkpointed, the run ends with the
     metrics of an uninterrupted one, and the driver leaves no job behind. (The kill comes
     first: submitit's watcher looks at a young job every few seconds, at an older one once a
-    minute.)"""
+    minute.) Meanwhile, a job of its own shows where SIGUSR2 goes at a time limit
+    (:func:`_time_limit_job`)."""
     pytest.importorskip("submitit", reason="the submitit extra is not installed")
     c = slurm_cluster
+    limit = _time_limit_job(c, tmp_path / "limit")
     driver, out, _ = _drive(c, tmp_path, EPOCHS, "--timeout-min", "30", "--signal-lead", "50")
     try:
         seen = _mid_epoch_checkpoint(out, driver, c)
@@ -307,6 +313,7 @@ def test_a_run_stopped_each_way_slurm_stops_a_job_resumes_at_its_step(slurm_clus
     assert rows(out) == rows(ref)
     text = (out / ".submitit" / job / f"{job}_submission.sh").read_text()
     assert "#SBATCH --signal=USR2@50" in text and "#SBATCH --time=30" in text, text
+    _time_limit_signal_reached_the_step(c, *limit)
     assert _left_behind(c, out) == {}
     c.wait_empty(60)
 
