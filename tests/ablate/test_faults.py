@@ -41,15 +41,20 @@ def rows(out: Path) -> list[dict[str, str]]:
             for r in csv.DictReader((out / "results.csv").open())]
 
 
-def start(*args: str, fsize: int | None = None) -> subprocess.Popen | Driver:
+def start(*args: str, fsize: int | None = None, fresh: bool = False
+          ) -> subprocess.Popen | Driver:
     """``plugdrop ARGS`` in a process of its own (one torch thread), under a file-size limit
-    (a fresh interpreter: the limit is set before it starts)."""
+    of ``fsize`` bytes: forked warm (the limit set by ``tests/_limited.py`` before plugdrop
+    runs), or where ``fresh`` (the jobs of ``--launcher processes`` must inherit the limit: a
+    warm driver's jobs fork from the server, which has none) a fresh interpreter, the limit set
+    before it starts."""
     if fsize is None:
         return popen(*args)
+    if not fresh:
+        return popen(str(fsize), *args, module="_limited")
 
     def limit() -> None:
-        if fsize is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     return subprocess.Popen([sys.executable, "-m", "plugdrop", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env(), preexec_fn=limit)
@@ -173,7 +178,7 @@ def test_a_full_disk_under_the_processes_launcher(tmp_path, ref):
     job's line and starts no other run."""
     out, cfg = tmp_path / "out", write(tmp_path, CFG)
     code, err = finish(start("ablate", str(cfg), "--out", str(out), "--launcher", "processes",
-                             "--max-parallel", "1", fsize=16 * 1024))
+                             "--max-parallel", "1", fsize=16 * 1024, fresh=True))
     assert code == Exit.FAULT
     line = the_line(err)
     assert "run baseline__s0:" in line and "file-size limit (ulimit -f)" in line
