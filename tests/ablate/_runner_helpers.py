@@ -170,27 +170,33 @@ def reference_ablation(tmp: Path, text: str) -> Path:
     return out
 
 
+def once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder ``build(folder)`` fills once per test session, across pytest-xdist's workers
+    too (the first to ask builds it under a file lock, the others wait and read it); ``name``
+    tells one from another. Tests compare with it or copy it; none writes into it."""
+    from filelock import FileLock
+
+    base = factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    home = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (home / "built").exists():
+            shutil.rmtree(home, ignore_errors=True)  # a worker that died half-way
+            home.mkdir()
+            build(home)
+            (home / "built").touch()
+    return home
+
+
 @pytest.fixture(scope="session")
 def reference(tmp_path_factory) -> Callable[[str], Path]:
     """``reference(text)``: the ``--out`` of the config ``text`` trained by
-    :func:`reference_ablation`, once per test session (across pytest-xdist's workers too: the
-    first to ask trains it under a file lock, the others wait and read it). Tests compare
-    with it or copy it; none writes into it."""
-    from filelock import FileLock
-
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    :func:`reference_ablation`, once per test session (:func:`once`)."""
 
     def get(text: str) -> Path:
         key = hashlib.sha256(text.encode()).hexdigest()[:12]
-        home = shared / f"reference-{key}"
-        with FileLock(str(shared / f"reference-{key}.lock")):
-            if not (home / "trained").exists():
-                shutil.rmtree(home, ignore_errors=True)  # a worker that died half-way
-                home.mkdir()
-                reference_ablation(home, text)
-                (home / "trained").touch()
-        return home / "out"
+        return once(tmp_path_factory, f"reference-{key}",
+                    lambda home: reference_ablation(home, text)) / "out"
 
     return get
 

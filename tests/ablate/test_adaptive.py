@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _runner_helpers import (  # noqa: F401 (ray_cluster: a fixture)
-    popen, ray_cluster, reference_ablation, write)
+from _runner_helpers import (  # noqa: F401 (ray_cluster, reference: fixtures)
+    popen, ray_cluster, reference, write)
 
 from plugdrop.cli import main
 
@@ -42,9 +42,10 @@ def decisions(out: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory) -> Path:
-    """An uninterrupted adaptive ablation (one thread, as the subprocesses run)."""
-    return reference_ablation(tmp_path_factory.mktemp("adaptive"), ADAPTIVE)
+def ref(reference) -> Path:
+    """An uninterrupted adaptive ablation (one thread, as the subprocesses run), trained once
+    for the test session (both test processes run this module's tests)."""
+    return reference(ADAPTIVE)
 
 
 @pytest.mark.slow
@@ -147,8 +148,8 @@ LAUNCHED = ADAPTIVE.replace("seeds: {min: 3, max: 5}", "seeds: {min: 2, max: 3}"
 
 
 @pytest.fixture(scope="module")
-def ref_launched(tmp_path_factory) -> Path:
-    out = reference_ablation(tmp_path_factory.mktemp("launched"), LAUNCHED)
+def ref_launched(reference) -> Path:
+    out = reference(LAUNCHED)  # once for the session: the Ray test runs in another process
     assert max(d["round"] for d in decisions(out)) == 2  # the launchers drive two rounds
     return out
 

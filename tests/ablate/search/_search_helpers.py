@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -32,6 +35,38 @@ def config(*, budget: int = 80, seed: int = 0, seeds: str = "{min: 3, max: 6}",
     return (f"program: {program}\ndecide_on: {{metric: score, goal: max}}\nmargin: 0.005\n"
             f"seeds: {seeds}\nvariants:\n  baseline: []\nsearch:\n  budget: {budget}\n"
             f"  seed: {seed}\n{extra}  space:\n{space}")
+
+
+#: a small search (10 runs, two candidates racing at once) that the launchers' tests and the
+#: killed search's compare with the one :func:`local_search` ran
+TEXT = config(budget=10, seeds="{min: 2, max: 2}", seed=1, extra="  parallel: 2\n")
+
+
+def same(out: Path) -> dict:
+    """What two runs of one search must agree on: ``search.json``'s best, confirmation,
+    candidates, runs and seeds."""
+    doc = json.loads((out / "search.json").read_text())
+    return {k: doc[k] for k in ("best", "confirmation", "candidates", "runs", "search_seeds")}
+
+
+@pytest.fixture(scope="session")
+def local_search(tmp_path_factory) -> Path:
+    """The ``--out`` of :data:`TEXT` searched through the local launcher in this process, once
+    for the test session (``_runner_helpers.once``)."""
+    from _runner_helpers import env, once
+
+    from plugdrop.cli import main
+
+    def build(home: Path) -> None:
+        shutil.copy2(HERE / "search_target.py", home / "search_target.py")
+        (home / "search.yaml").write_text(TEXT)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(home)
+            for k, v in env().items():  # the jobs import this worktree
+                mp.setenv(k, v)
+            assert main(["search", "search.yaml", "--out", "out"]) in (0, 1)
+
+    return once(tmp_path_factory, "search-local", build) / "out"
 
 
 def score(spec: Any, seed: int, salt: str = "") -> float:

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _search_helpers import HERE, config  # noqa: I001 (it puts tests/ablate on the path)
+from _search_helpers import (  # noqa: F401, I001 (tests/ablate on the path; a fixture)
+    HERE, TEXT, local_search, same)
 from _runner_helpers import Driver, popen
 
 from plugdrop.cli import main
@@ -24,9 +25,6 @@ pytest.importorskip("optuna")
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
-SMALL = dict(budget=20, seeds="{min: 2, max: 3}", seed=4)
-
-
 def _folder(tmp_path: Path, text: str) -> Path:
     shutil.copy2(HERE / "search_target.py", tmp_path / "search_target.py")
     (tmp_path / "search.yaml").write_text(text)
@@ -39,25 +37,15 @@ def _cli(cwd: Path, *args: str) -> subprocess.Popen | Driver:
     return popen("search", "search.yaml", "--out", "out", *args, cwd=cwd, env=env, merged=True)
 
 
-def _same(out: Path) -> dict:
-    doc = json.loads((out / "search.json").read_text())
-    return {k: doc[k] for k in ("best", "confirmation", "candidates", "runs", "search_seeds")}
-
-
-def test_a_killed_search_resumed_ends_as_an_uninterrupted_one(tmp_path):
-    (tmp_path / "whole").mkdir()
-    whole = _folder(tmp_path / "whole", config(**SMALL))
-    p = _cli(whole)
-    log, _ = p.communicate(timeout=400)
-    assert p.returncode in (0, 1), log
-    assert "confirmed on" in log
-    (tmp_path / "cut").mkdir()
-    cut = _folder(tmp_path / "cut", config(**SMALL))
+def test_a_killed_search_resumed_ends_as_an_uninterrupted_one(tmp_path, local_search):
+    """SIGKILL to ``plugdrop search`` (its process group) once a third of the runs finished,
+    then ``--resume``: the same search as the uninterrupted one (``local_search``)."""
+    cut = _folder(tmp_path, TEXT)
     p = _cli(cut)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # kill it once a third of the runs finished
         done = list((cut / "out" / "trials" / "runs").glob("*/done.json"))
-        if len(done) >= 6 or p.poll() is not None:
+        if len(done) >= 4 or p.poll() is not None:
             break
         time.sleep(0.05)
     assert p.poll() is None, "the search ended before it could be killed"
@@ -65,13 +53,14 @@ def test_a_killed_search_resumed_ends_as_an_uninterrupted_one(tmp_path):
     p.wait()
     assert not (cut / "out" / "best.yaml").exists()
     resumed = _cli(cut, "--resume")
-    log2, _ = resumed.communicate(timeout=400)
-    assert resumed.returncode in (0, 1), log2
-    assert _same(cut / "out") == _same(whole / "out")
-    assert (cut / "out" / "best.yaml").read_text() == (whole / "out" / "best.yaml").read_text()
+    log, _ = resumed.communicate(timeout=400)
+    assert resumed.returncode in (0, 1), log
+    assert "confirmed on" in log
+    assert same(cut / "out") == same(local_search)
+    assert (cut / "out" / "best.yaml").read_text() == (local_search / "best.yaml").read_text()
     journal = (cut / "out" / "study.journal").read_text().splitlines()
     assert all(json.loads(line) for line in journal)  # data, never a pickle
-    html = (whole / "out" / "report.html").read_text()
+    html = (local_search / "report.html").read_text()
     for part in ("What mattered", "History", "Confirmation on fresh seeds"):
         assert part in html
 

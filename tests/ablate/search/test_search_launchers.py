@@ -11,16 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _search_helpers import HERE, config
+from _search_helpers import HERE, TEXT, local_search, same  # noqa: F401 (a fixture)
 from _runner_helpers import env, ray_cluster  # noqa: F401, I001 (ray_cluster: a fixture)
 
 from plugdrop.cli import main
 
 pytest.importorskip("optuna")
 pytestmark = pytest.mark.slow
-
-TEXT = config(budget=10, seeds="{min: 2, max: 2}", seed=1, extra="  parallel: 2\n")
-
 
 def _search(folder: Path, mp: pytest.MonkeyPatch, *args: str) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
@@ -30,14 +27,12 @@ def _search(folder: Path, mp: pytest.MonkeyPatch, *args: str) -> dict:
     for k, v in env().items():  # the jobs import this worktree
         mp.setenv(k, v)
     assert main(["search", "search.yaml", "--out", "out", *args]) in (0, 1)
-    doc = json.loads((folder / "out" / "search.json").read_text())
-    return {k: doc[k] for k in ("best", "confirmation", "candidates", "runs", "search_seeds")}
+    return same(folder / "out")
 
 
 @pytest.fixture(scope="module")
-def local(tmp_path_factory) -> dict:
-    with pytest.MonkeyPatch.context() as mp:
-        return _search(tmp_path_factory.mktemp("search") / "local", mp)
+def local(local_search) -> dict:
+    return same(local_search)
 
 
 @pytest.mark.parametrize("launcher,flags", [
