@@ -17,8 +17,8 @@ import weakref
 from typing import Any
 
 try:
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import DefaultFlowCallback, ExportableState
+    from transformers.trainer_callback import (DefaultFlowCallback, ExportableState,
+                                               TrainerCallback)
 except ImportError as e:  # pragma: no cover - depends on what is installed
     from ._core import missing_extra
 
