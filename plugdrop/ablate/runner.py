@@ -26,8 +26,8 @@ from .launch import LaunchContext, LaunchOptions, Launcher, Outcome, drive, make
 from .launch.shard import check_fresh, select
 from .programs import Program, program_of
 from .progress import Progress
-from .report import decision_values, load_ablation
-from .report.sequential import Design, Replay, design_of
+from .results import decision_values, load_ablation
+from .decide import Design, Replay, design_of
 from .train import Dist, on_rank0
 
 __all__ = ["Outcome", "resume_command", "run_ablation", "versions"]

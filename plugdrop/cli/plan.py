@@ -6,7 +6,7 @@
 
 It simulates ablations whose variants have the given true effects (in sd of the paired
 difference) through the runner's own decision rule (the vectorised path of
-``plugdrop.ablate.report.simulate``, which a test holds to the decisions of ``plugdrop
+``plugdrop.ablate.decide.simulate``, which a test holds to the decisions of ``plugdrop
 ablate``), and the fixed design with the maximum seeds on the same simulated values. Exit
 status: 0; 2 for a bad argument or folder (one line).
 """
@@ -159,7 +159,7 @@ def _effects(text: str) -> tuple[float, ...]:
 # ------------------------------------------------------------------------ the simulation
 
 def _simulate(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from ..ablate.report import simulate
+    from ..ablate.decide import simulate
 
     if args.effect is not None:
         raise _Bad("--effect needs --from OUT (an ablation folder); without one, give the "
@@ -210,8 +210,9 @@ def _false(oc: Any, alpha: float) -> str:
 # ------------------------------------------------------------------------ from a folder
 
 def _from_folder(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from ..ablate.report import load_ablation, simulate
-    from ..ablate.report.forecast import adaptive_seeds, spread_of
+    from ..ablate.decide import simulate
+    from ..ablate.results import load_ablation
+    from ..ablate.decide.forecast import adaptive_seeds, spread_of
 
     if args.effect is None:
         raise _Bad("--from needs --effect X: the effect to plan for, in the decision metric's "

@@ -116,9 +116,9 @@ def test_an_old_folder_resumes_with_the_design_it_started_with(tmp_path, ref):
     are the legacy design's on its values, and its lines say so."""
     import shutil
 
-    from plugdrop.ablate.report import decision_values, load_ablation
-    from plugdrop.ablate.report import legacy as L
-    from plugdrop.ablate.report.sequential import design_of
+    from plugdrop.ablate.results import decision_values, load_ablation
+    from plugdrop.ablate.decide import legacy as L
+    from plugdrop.ablate.decide import design_of
 
     out = tmp_path / "old"
     shutil.copytree(ref, out, ignore=shutil.ignore_patterns(".lock", "*.lock"))

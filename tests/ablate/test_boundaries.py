@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from plugdrop.ablate.report import boundaries as B
+from plugdrop.ablate.decide import boundaries as B
 
 LOOKS = tuple(range(3, 13))
 

@@ -15,8 +15,8 @@ from _folders import OFFSETS, VALUES, adaptive_folder
 from plugdrop.ablate import config, runs
 from plugdrop.ablate.errors import ConfigError
 from plugdrop.ablate.report import load_ablation, summarize, table, write_report
-from plugdrop.ablate.report import legacy as L
-from plugdrop.ablate.report.simulate import seeds_needed
+from plugdrop.ablate.decide import legacy as L
+from plugdrop.ablate.decide.simulate import seeds_needed
 
 #: what plugdrop before issue 34 decided on VALUES (commit c94adbb's sequential.py):
 #: verdict, round, n, mean, low, high, p adj.

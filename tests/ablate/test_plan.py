@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from _folders import VALUES, adaptive_folder
 
-from plugdrop.ablate.report import simulate
+from plugdrop.ablate.decide import simulate
 from plugdrop.cli import main
 
 

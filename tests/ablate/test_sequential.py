@@ -17,10 +17,10 @@ import pytest
 from scipy import stats
 
 from plugdrop.ablate.config import METRICS, DecisionRule, SeedPlan, Spending
-from plugdrop.ablate.report import legacy as L
-from plugdrop.ablate.report import sequential as S
-from plugdrop.ablate.report import simulate
-from plugdrop.ablate.report.verdicts import CODES, SeqDesign, decide
+from plugdrop.ablate.decide import legacy as L
+from plugdrop.ablate.decide import design as S
+from plugdrop.ablate.decide import simulate
+from plugdrop.ablate.decide.verdicts import CODES, SeqDesign, decide
 
 BOTH = pytest.mark.parametrize("legacy", [False, True], ids=["exact", "legacy"])
 

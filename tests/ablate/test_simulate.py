@@ -14,10 +14,10 @@ import warnings
 import numpy as np
 import pytest
 
-from plugdrop.ablate.report import boundaries as B
-from plugdrop.ablate.report import simulate as S
-from plugdrop.ablate.report.skew import pooled_skewness, skew_warning
-from plugdrop.ablate.report.verdicts import CODES, SeqDesign, decide, moments
+from plugdrop.ablate.decide import boundaries as B
+from plugdrop.ablate.decide import simulate as S
+from plugdrop.ablate.decide.skew import pooled_skewness, skew_warning
+from plugdrop.ablate.decide.verdicts import CODES, SeqDesign, decide, moments
 
 ALPHA = 0.05
 DESIGN = SeqDesign.plan(3, 12)

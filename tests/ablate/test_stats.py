@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 
-from plugdrop.ablate.report.stats import MIN_SEEDS, mean_ci, paired_difference
+from plugdrop.ablate.decide.stats import MIN_SEEDS, mean_ci, paired_difference
 
 A = {0: 0.80, 1: 0.82, 2: 0.78, 3: 0.84}  # baseline: mean 0.81, sum of squares 0.0020
 B = {0: 0.83, 1: 0.84, 2: 0.82, 3: 0.87}  # mean 0.84; B - A = 0.03 0.02 0.04 0.03

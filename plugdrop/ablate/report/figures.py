@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .plots import figure, png
-from .read import FINISHED, Ablation
+from ..results import FINISHED, Ablation
 from .summary import VariantSummary
 
 __all__ = ["plot_calibration", "plot_forest", "plot_seeds"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from .notes import notes, procedure
 from . import logged
-from .read import FAILED, FINISHED, INCOMPLETE, Ablation
+from ..results import FAILED, FINISHED, INCOMPLETE, Ablation
 from .summary import VariantSummary, run_counts, saved_runs
 
 __all__ = ["PLOTS", "render"]

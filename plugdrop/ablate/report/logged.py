@@ -19,8 +19,8 @@ from typing import Any
 
 from ..runs import POSITION, logged_names, number
 from .plots import figure, plotted_runs, png
-from .read import FAILED, FINISHED, Ablation
-from .stats import Interval, mean_ci
+from ..results import FAILED, FINISHED, Ablation
+from ..decide.stats import Interval, mean_ci
 
 __all__ = ["LEFT_OUT", "MOST_CURVES", "csv_bytes", "final_values", "html_sections",
            "metrics_of", "plot_curves", "text_lines"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .decision import INCONCLUSIVE, OPEN, Decision
-from .legacy import PROCEDURE as LEGACY
+from ..decide.decision import INCONCLUSIVE, OPEN, Decision
+from ..decide.legacy import PROCEDURE as LEGACY
 from .summary import VariantSummary
 
 __all__ = ["legend", "notes", "procedure"]

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from .read import FINISHED, INCOMPLETE, Ablation, Run, as_dict, number
+from ..results import FINISHED, INCOMPLETE, Ablation, Run, as_dict, number
 from .summary import VariantSummary
 
 __all__ = ["figure", "plot_drop_frac", "plot_final_acc", "plot_val_acc", "plotted_runs", "png"]

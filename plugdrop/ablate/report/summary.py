@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import DecisionRule, legacy_design
-from .read import FAILED, FINISHED, INCOMPLETE, Ablation, Run, number
+from ..decide import OPEN, Decision, Replay, design_of, fixed_verdict, holm
+from ..decide.stats import Interval, Paired, mean_ci, p_cell, paired_difference
+from ..results import FAILED, FINISHED, INCOMPLETE, Ablation, Run, decision_values, number
 from .robust import Robust, robust
-from .sequential import OPEN, Decision, Replay, design_of
-from .stats import Interval, Paired, mean_ci, p_cell, paired_difference
 
-__all__ = ["ACC", "VariantSummary", "decision_values", "failure", "holm", "open_verdict",
+__all__ = ["ACC", "VariantSummary", "failure", "open_verdict",
            "run_counts", "saved_runs", "summarize"]
 
 #: Accuracies live in [0, 1]: their intervals are cut to it (no "104%").
@@ -107,12 +107,7 @@ class VariantSummary:
             return f"dropped: behind {d.behind}" if d.behind else d.verdict
         if self.diff is None:
             return ""
-        if self.diff.verdict in ("too few seeds", "no common seeds"):
-            return self.diff.verdict
-        if self.p_adjusted is not None and self.p_adjusted < self.alpha and self.diff.mean:
-            higher = self.rule.higher_is_better
-            return "better" if (self.diff.mean > 0) == higher else "worse"
-        return "no clear difference"
+        return fixed_verdict(self.diff, self.p_adjusted, self.rule)
 
     @property
     def digits(self) -> int:
@@ -200,28 +195,6 @@ def _epoch_time(runs: Sequence[Run]) -> tuple[float | None, bool]:
     return (statistics.median(first), True) if first else (None, False)
 
 
-def decision_values(ab: Ablation, metric: str) -> dict[str, dict[int, float | None]]:
-    """Variant -> seed -> the last epoch's ``metric`` of each finished run (``None`` for a
-    failed run): what an adaptive design decides on."""
-    out: dict[str, dict[int, float | None]] = {}
-    for r in ab.runs:
-        if r.status == FINISHED:
-            out.setdefault(r.variant, {})[r.seed] = r.final(metric)
-        elif r.status == FAILED:
-            out.setdefault(r.variant, {})[r.seed] = None
-    return out
-
-
-def holm(p: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment of p-values (``None`` stays ``None``): the family-wise
-    error over the variants stays at the level the adjusted values are compared with."""
-    known = sorted((x, i) for i, x in enumerate(p) if x is not None)
-    out: list[float | None] = [None] * len(p)
-    running = 0.0
-    for rank, (x, i) in enumerate(known):
-        running = max(running, min(1.0, x * (len(known) - rank)))
-        out[i] = running
-    return out
 
 
 def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:

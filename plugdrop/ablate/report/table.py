@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import logged
-from .read import FAILED, FINISHED, INCOMPLETE, Ablation
+from ..results import FAILED, FINISHED, INCOMPLETE, Ablation
 from .notes import legend, notes
 from .summary import VariantSummary, failure, open_verdict, run_counts, saved_runs
 

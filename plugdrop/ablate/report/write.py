@@ -28,7 +28,7 @@ from . import logged
 from .figures import plot_calibration, plot_forest, plot_seeds
 from .html import render
 from .plots import plot_drop_frac, plot_final_acc, plot_val_acc
-from .read import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablation
+from ..results import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablation
 from .summary import VariantSummary, run_counts, summarize
 from .table import table
 

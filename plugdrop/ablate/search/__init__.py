@@ -9,7 +9,7 @@ launchers (:mod:`.runner`), and what it leaves (:mod:`.results`, :mod:`.report`,
 :mod:`.plots`).
 """
 
-from .race import RaceSetup, Step, replay
+from ..decide.race import RaceSetup, Step, replay
 from .runner import SearchOutcome, run_search, setup_of
 from .setup import SearchConfig, load_search, loads_search
 from .space import Dimension, SearchSpec, parse_search

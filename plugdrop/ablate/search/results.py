@@ -21,7 +21,7 @@ import yaml
 
 from .. import runs
 from ..config.locations import plain
-from .race import Candidate, Step
+from ..decide.race import Candidate, Step
 from .setup import SearchConfig
 
 __all__ = ["FORMAT", "estimate", "search_json", "write_results"]

@@ -22,10 +22,10 @@ from ..errors import ConfigError, one_line
 from ..launch import LaunchContext, LaunchOptions, Launcher, Outcome, drive, make_launcher
 from ..programs import program_of
 from ..progress import Progress
-from ..report import decision_values, load_ablation
+from ..results import decision_values, load_ablation
 from ..runner import versions
 from ..train import Dist
-from .race import FAILED, Candidate, RaceSetup, Step, replay
+from ..decide.race import FAILED, Candidate, RaceSetup, Step, replay
 from .results import write_results
 from .setup import BASELINE, SearchConfig
 from .study import JOURNAL, Study

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from _search_helpers import Stop, config, drive, found
 
-from plugdrop.ablate.report.simulate import draw, run
-from plugdrop.ablate.report.verdicts import BETTER
+from plugdrop.ablate.decide.simulate import draw, run
+from plugdrop.ablate.decide.verdicts import BETTER
 from plugdrop.ablate.search import loads_search, setup_of
 
 pytest.importorskip("optuna")

@@ -10,7 +10,7 @@ dropped, the mean seeds and the share decided at the first look, the false-verdi
 share of ablations where a variant with effect 0 is called better or worse, or one with an
 effect is called the wrong way, with its standard error), and the same for the fixed design
 at ``max`` seeds (paired t-tests, Holm over the variants, as the runner's fixed design).
-``design="legacy"`` runs the rule of ``sequential.py`` before issue 34 instead (Bonferroni,
+``design="legacy"`` runs the rule of ``design.py`` before issue 34 instead (Bonferroni,
 Pocock-type spending, union-bound t-intervals), for comparison.
 
 Noise (:data:`NOISES`): the paired difference of variant ``j`` at seed ``s`` is
@@ -107,7 +107,7 @@ def run(design: SeqDesign, diffs: np.ndarray, groups: Sequence[int] | None = Non
 
 def legacy_run(looks: Sequence[int], diffs: np.ndarray, alpha: float = 0.05,
                margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """The rule of ``sequential.py`` before issue 34 (no grids), vectorised: Bonferroni over
+    """The rule of ``design.py`` before issue 34 (no grids), vectorised: Bonferroni over
     the variants, Pocock-type spending over the looks, the running intersection of
     t-intervals at level ``1 - a_k``."""
     R, V, _ = diffs.shape

@@ -22,9 +22,10 @@ from typing import Any
 from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
 from ..runs import FAILED, FINISHED, INCOMPLETE, read_records
+from ..runs import run_id as _run_id
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
-           "load_ablation", "number"]
+           "as_list", "load_ablation", "load_run", "number"]
 
 #: the format of ``ablation.json`` this version reads
 FORMAT = 1
@@ -139,7 +140,7 @@ def _not_ablation(path: Path, problem: str) -> ConfigError:
         "`plugdrop ablate`, which holds ablation.json and runs/)")
 
 
-def load_ablation(out: Path | str) -> Ablation:
+def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablation:
     """Read an ablation folder: ``ablation.json`` and every run's folder.
 
     Tolerant of what a killed or running ablation leaves: a truncated last line of
@@ -150,6 +151,8 @@ def load_ablation(out: Path | str) -> Ablation:
 
     Args:
         out: the ablation's ``--out`` folder.
+        cfg: the config its runs train under, when the caller holds it (the driver): not read
+            back from the folder then.
 
     Raises:
         ConfigError: ``out`` is not a folder, or its ``ablation.json`` is missing or damaged.
@@ -171,7 +174,7 @@ def load_ablation(out: Path | str) -> Ablation:
         raise _not_ablation(path, "no list of runs")
     config_hash = doc.get("config_hash")
     config_hash = config_hash if isinstance(config_hash, str) else None
-    cfg, warning = load_settings(out)
+    cfg, warning = (cfg, None) if cfg is not None else load_settings(out)
     ab = Ablation(out=out, config=cfg, config_hash=config_hash,
                   variants=[v for v in as_list(doc.get("variants")) if isinstance(v, str)],
                   baseline=doc.get("baseline") if isinstance(doc.get("baseline"), str) else None,
@@ -185,8 +188,8 @@ def load_ablation(out: Path | str) -> Ablation:
                 and isinstance(e.get("variant"), str) and isinstance(e.get("seed"), int)
                 and not isinstance(e.get("seed"), bool)):
             raise _not_ablation(path, f"runs[{i}] is not {{\"id\", \"variant\", \"seed\"}}")
-        run = Run(id=e["id"], variant=e["variant"], seed=e["seed"], path=out / "runs" / e["id"])
-        _load_run(run, config_hash, ab.warnings, cfg.program is not None)
+        run = load_run(out, e["variant"], e["seed"], config_hash, cfg.program is not None,
+                       ab.warnings, e["id"])
         ab.runs.append(run)
         if run.variant not in ab.variants:
             ab.variants.append(run.variant)
@@ -229,9 +232,20 @@ def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def _load_run(run: Run, config_hash: str | None, warnings: list[str], program: bool) -> None:
-    """Fill ``run`` from its folder (``program``: a ``program:``'s run, its metrics as it
-    logged them); see :func:`load_ablation`."""
+def load_run(out: Path, variant: str, seed: int, config_hash: str | None, program: bool,
+             warnings: list[str], run_id: str | None = None) -> Run:
+    """Run ``variant`` x ``seed`` of the folder ``out`` as its folder holds it now
+    (``program``: a ``program:``'s run, its metrics as it logged them; ``config_hash``: the
+    ablation's, a run of another counts as incomplete); a line per damaged file is appended to
+    ``warnings``. See :func:`load_ablation`."""
+    rid = run_id if run_id is not None else _run_id(variant, seed)
+    run = Run(id=rid, variant=variant, seed=seed, path=out / "runs" / rid)
+    _fill(run, config_hash, warnings, program)
+    return run
+
+
+def _fill(run: Run, config_hash: str | None, warnings: list[str], program: bool) -> None:
+    """Fill ``run`` from its folder."""
     run.started = run.path.is_dir() and any(run.path.iterdir())
     if not run.started:
         return  # its folder is absent or was just created

@@ -41,7 +41,7 @@ from .decision import (BETTER, DROPPED, EQUIVALENT, INCONCLUSIVE, OPEN, WORSE, D
                        Replay, annotated, grid_of)
 from .legacy import spending, weights
 from .skew import pooled_skewness, skew_warning
-from .verdicts import Outcome, SeqDesign, Verdict, decide
+from .verdicts import Verdicts, SeqDesign, Verdict, decide
 
 __all__ = ["BETTER", "DROPPED", "EQUIVALENT", "INCONCLUSIVE", "OPEN", "WORSE", "Decision",
            "Design", "Replay", "design_of", "spending", "weights"]
@@ -167,7 +167,7 @@ class Design:
         return out
 
     def _decide(self, diffs: np.ndarray, looks: Sequence[int], p_values: bool
-                ) -> Outcome | None:
+                ) -> Verdicts | None:
         if not looks:
             return None
         names = sorted({g for v in self.variants if (g := grid_of(v)) is not None})

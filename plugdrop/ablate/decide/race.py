@@ -32,8 +32,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..config import DecisionRule, SeedPlan
-from ..report.sequential import Decision, Design
-from ..report.stats import mean_ci
+from .decision import Decision
+from .design import Design
+from .stats import mean_ci
 
 __all__ = ["COMPLETE", "DROPPED", "FAILED", "OPEN", "STOPPED", "Candidate", "Proposer",
            "RaceSetup", "Step", "candidate_name", "replay"]

@@ -10,7 +10,7 @@ Contract of :func:`decide` (to replace ``Design._look``/``replay``'s statistics)
   Only the seeds of complete looks are passed: the looks taken are the planned ones up to
   ``seeds`` (or ``looks=``, with ``plan_max=`` when ``max`` changed on resume). Optional
   ``groups``: per variant a grid id (``-1``: none) for the race.
-* **Out**: an :class:`Outcome`: per variant a :class:`Verdict` (``open``, ``better``,
+* **Out**: an :class:`Verdicts`: per variant a :class:`Verdict` (``open``, ``better``,
   ``worse``, ``equivalent``, ``inconclusive``, ``dropped``), the 1-based look that decided
   it, its seeds and pairs, mean, the interval ``mean -+ c * sd / sqrt(n)`` at its level (the
   boundary ``c`` of its own looks, so the interval lies above 0 exactly when it is called
@@ -52,7 +52,7 @@ from .boundaries import DEFAULT_SPENDING, Spending, critical_values, repeated_p
 from .passing import Graph, adjusted_p, pass_on
 from .skew import pooled_skewness, skew_warning, skewness
 
-__all__ = ["CODES", "Outcome", "SeqDesign", "State", "Verdict", "advance", "boundary", "decide",
+__all__ = ["CODES", "Verdicts", "SeqDesign", "State", "Verdict", "advance", "boundary", "decide",
            "moments"]
 
 #: verdict codes of the kernel, by index
@@ -297,7 +297,7 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Verdicts:
     """What :func:`decide` says: ``variants`` (one :class:`Verdict` each, in order), the
     ``procedure`` that passed alpha on, whether every variant is decided, and the pooled
     skewness of all differences with its warning (see :func:`pooled_skewness`)."""
@@ -311,7 +311,7 @@ class Outcome:
 
 def decide(design: SeqDesign, diffs: np.ndarray | Sequence[Sequence[float]],
            groups: Sequence[int] | None = None, looks: Sequence[int] | None = None,
-           plan_max: Sequence[int] | None = None, p_values: bool = True) -> Outcome:
+           plan_max: Sequence[int] | None = None, p_values: bool = True) -> Verdicts:
     """Replay ``design`` over the paired differences ``diffs`` (see the module's contract).
 
     Args:
@@ -378,5 +378,5 @@ def decide(design: SeqDesign, diffs: np.ndarray | Sequence[Sequence[float]],
                            skew_warning(sk, int(s.n[0, v])),
                            int(s.behind[0, v]) if s.behind[0, v] >= 0 else None))
     pooled, count = pooled_skewness(d[:, :taken[-1]] if taken else d[:, :0])
-    return Outcome(tuple(out), graph.name, bool((s.code != OPEN).all()), pooled,
+    return Verdicts(tuple(out), graph.name, bool((s.code != OPEN).all()), pooled,
                    skew_warning(pooled, count, 0.5))

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Spending
-from .read import Ablation
+from ..results import Ablation, decision_values
 from .simulate import plan
-from .summary import decision_values
 
 __all__ = ["Spread", "adaptive_seeds", "spread_of"]
 
