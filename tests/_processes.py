@@ -14,7 +14,7 @@ from typing import Any
 
 #: what a driver (``python -m plugdrop ...``) imports beyond a job's
 DRIVER = ["plugdrop.cli", "plugdrop.cli.ablate", "plugdrop.ablate.report",
-          "plugdrop.ablate.launch.driver", "plugdrop.ablate.search"]
+          "plugdrop.ablate.study", "plugdrop.ablate.search"]
 
 
 def warm() -> Any:

@@ -319,7 +319,7 @@ def test_the_rule_checks_catch_what_they_look_for(tmp_path):
     assert private == ["toy.sub.b imports _hidden from toy.a", "toy.sub.b uses toy.a._hidden"]
     library, tools = _layers()
     assert _rank(library, "plugdrop._kernels.blockdrop") == library["plugdrop._kernels"]
-    assert _rank(tools, "plugdrop.ablate.launch.driver") == tools["plugdrop.ablate.launch"]
+    assert _rank(tools, "plugdrop.ablate.study.jobs") == tools["plugdrop.ablate.study"]
     assert _rank(library, "plugdrop.ablate.runs.files") == library["plugdrop.ablate"]
     assert _rank(library, "plugdrop_other") is None
 

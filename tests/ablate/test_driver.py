@@ -1,4 +1,4 @@
-"""The one driver loop every launcher shares, on a scripted launcher (no training): a job that
+"""The job loop every launcher shares (``plugdrop.ablate.study.jobs``), on a scripted launcher (no training): a job that
 ends before its run is submitted again up to ``--max-retries`` and then given up with a line in
 ``failed.json``; a job the launcher lost fails its run; a run another process holds waits for
 it; the capacity is never exceeded; Ctrl-C cancels what runs."""
@@ -11,8 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from plugdrop.ablate import runs
-from plugdrop.ablate.launch import JobEnd, LaunchContext, LaunchOptions, Outcome, drive
-from plugdrop.ablate.launch.protocol import End
+from plugdrop.ablate.launch import End, JobEnd, LaunchContext, LaunchOptions
+from plugdrop.ablate.study import Outcome
+from plugdrop.ablate.study import dispatch as drive
 
 BUSY, ENDED, FINISHED, LOST = End.BUSY, End.ENDED, End.FINISHED, End.LOST
 from plugdrop.ablate.train import Dist
@@ -47,7 +48,7 @@ class View:
     def ended(self, rd: runs.RunDir, status: str, detail: str | None) -> None:
         self.seen.append((rd.id, status))
 
-    def update(self) -> None:
+    def update(self, active) -> None:
         pass
 
     def message(self, text: str) -> None:
@@ -180,9 +181,9 @@ class Requeued(Job):
 
 
 def test_a_job_left_behind_after_its_run_finished_is_cancelled(tmp_path, monkeypatch):
-    from plugdrop.ablate.launch import driver
+    from plugdrop.ablate.study import jobs
 
-    monkeypatch.setattr(driver, "GRACE", 0.3)
+    monkeypatch.setattr(jobs, "GRACE", 0.3)
     out = tmp_path / "out"
     todo = _runs(out, "a", "b")
     launcher = Scripted({"a__s0": [FINISHED], "b__s0": [FINISHED]})

@@ -8,6 +8,7 @@ it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from ..data import AUGMENT_KEYS, DataSpec
 from . import checks as C
 from . import program as P
 from .metrics import AUTO, METRICS, PASSING, DecisionRule, Metric
+from .setting import AWAY_FROM_DEFAULT, GROUPS, LOOP_GROUPS, Setting, setting
 from .spending import DEFAULT_SPENDING, Spending
 from .types import CompileSpec, GradCamSpec, Interval, SeedPlan, to_plain
 from .variants import Variant
@@ -25,63 +27,6 @@ from .variants import Variant
 __all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "LOOP_GROUPS", "Setting", "default",
            "fingerprint", "loop_settings", "resolved_default", "setting", "settings",
            "unhashed"]
-
-#: the groups of the settings reference, in order
-GROUPS = ("Program", "Model", "Data", "Optimization", "Runs", "Decisions")
-#: the groups whose every setting is one of plugdrop's own training loop (:attr:`Setting.loop`)
-LOOP_GROUPS = ("Model", "Data", "Optimization")
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One row of the settings table (the metadata of an :class:`AblationConfig` field).
-
-    Attributes:
-        help: what it is and its values, for the reference and ``--help``.
-        group: one of :data:`GROUPS`.
-        check: validates and normalizes the value (:mod:`.checks`); ``None`` for ``variants``,
-            which has a parser of its own (:mod:`.variants`).
-        flag: the type of its dedicated ``plugdrop ablate`` flag (``--batch-size``), if any.
-        many: the flag takes several values (``--seeds 0 1 2``).
-        subflags: keys of a mapping value with a flag each (``--seeds-min 3``: ``seeds.min``).
-        hashed: whether it changes results, and so enters :meth:`AblationConfig.hash` (a
-            folder refuses ``--resume`` under a config whose hash differs): ``True``,
-            ``False``, or :data:`AWAY_FROM_DEFAULT` for a setting added after ablation
-            folders existed: it enters the hash only when set to another value than its
-            default, so that the folders of earlier versions still resume.
-        shown: the default as the reference shows it, when the value alone says too little.
-        loop: a setting of plugdrop's own training loop (the model, the data, the optimizer,
-            ...), which a ``program:`` replaces: giving it with ``program:`` is an error.
-    """
-
-    help: str
-    group: str
-    check: C.Check | None
-    flag: type | None = None
-    many: bool = False
-    hashed: bool | str = True
-    shown: str | None = None
-    subflags: tuple[str, ...] = ()
-    loop: bool = False
-
-
-#: :attr:`Setting.hashed` of a setting that enters the hash only away from its default
-AWAY_FROM_DEFAULT = "away from its default"
-
-
-def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | None,
-            flag: type | None = None, many: bool = False, hashed: bool | str = True,
-            shown: str | None = None, subflags: tuple[str, ...] = (),
-            factory: Any = None, loop: bool | None = None) -> Any:
-    """A field of :class:`AblationConfig` carrying its :class:`Setting` (no ``default``: the
-    setting is required; ``factory``: a mutable default; ``loop``: a setting of plugdrop's own
-    training loop, by default those of :data:`LOOP_GROUPS`)."""
-    meta = {"setting": Setting(help, group, check, flag, many, hashed, shown, subflags,
-                               group in LOOP_GROUPS if loop is None else loop)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
 
 @dataclass(frozen=True)
 class AblationConfig:
@@ -265,7 +210,12 @@ class AblationConfig:
     # -- derived ----------------------------------------------------------------------------
 
     def variant(self, name: str) -> Variant:
-        return next(v for v in self.variants if v.name == name)
+        """The variant called ``name`` (``KeyError`` when there is none)."""
+        return self._by_name[name]
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Variant]:
+        return {v.name: v for v in self.variants}
 
     @property
     def variant_names(self) -> list[str]:
@@ -335,7 +285,12 @@ class AblationConfig:
 
     def hash(self) -> str:
         """A fingerprint of every setting that changes results (:attr:`Setting.hashed`); with
-        ``program:``, of the working directory it runs in too (``python train.py`` there)."""
+        ``program:``, of the working directory it runs in too (``python train.py`` there).
+        Computed once per config object (it is frozen)."""
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> str:
         resolved = self.resolved()
         if self.program is not None:
             resolved["program_cwd"] = self.cwd

@@ -36,7 +36,7 @@ from .decision import Decision
 from .design import Design
 from .stats import mean_ci
 
-__all__ = ["COMPLETE", "DROPPED", "FAILED", "OPEN", "STOPPED", "Candidate", "Proposer",
+__all__ = ["COMPLETE", "DROPPED", "FAILED", "OPEN", "STOPPED", "Candidate", "Proposer", "Race",
            "RaceSetup", "Step", "candidate_name", "replay"]
 
 OPEN, COMPLETE, DROPPED, STOPPED, FAILED = "open", "complete", "dropped", "stopped", "failed"
@@ -238,32 +238,73 @@ class _Race:
         return max(ranked, key=lambda c: (c.mean, -c.index), default=None)
 
 
+class Race:
+    """The search, advanced as its runs end: :meth:`advance` walks the rounds on from where the
+    last call stopped, over the values known now, and stops at the first round whose runs have
+    not all ended. Values only ever arrive (a run ends once), and a round only reads the values
+    of the seeds it gave, so advancing round by round gives what a replay from the start over
+    the same values gives (:func:`replay`).
+
+    Args:
+        setup: the seeds, the budget and the decision rule.
+        proposer: where candidates come from; told how each left the race.
+    """
+
+    def __init__(self, setup: RaceSetup, proposer: Proposer) -> None:
+        self.setup = setup
+        self.values: dict[str, dict[int, float | None]] = {}
+        self.race = _Race(setup, self.values, proposer)
+        self.pending: list[tuple[str, int]] | None = None
+        self.searched = False
+
+    def record(self, variant: str, seed: int, value: float | None) -> None:
+        """Run ``variant`` x ``seed`` ended with ``value`` (``None``: it failed)."""
+        self.values.setdefault(variant, {})[seed] = value
+
+    def advance(self) -> Step:
+        """Where the search stands over the values recorded so far."""
+        race, values = self.race, self.values
+        while not self.searched:
+            if self.pending is None:
+                race.update()
+                runs = race.plan()
+                if not runs:
+                    self.searched = True
+                    break
+                race.used += len(runs)
+                race.rounds += 1
+                self.pending = runs
+            missing = [r for r in self.pending if r[1] not in values.get(r[0], {})]
+            if missing:
+                return Step("search", missing, race.cands, None, runs=race.used - len(missing),
+                            rounds=race.rounds)
+            self.pending = None
+        return self._confirm()
+
+    def _confirm(self) -> Step:
+        race, values, setup = self.race, self.values, self.setup
+        best = race.best()
+        if best is None:
+            return Step("done", [], race.cands, None, runs=race.used, rounds=race.rounds)
+        design = setup.confirmation(best.name)
+        fresh = design.plan.seeds()
+        rep = design.replay({v: {s: x for s, x in values.get(v, {}).items() if s in fresh}
+                             for v in (setup.baseline, best.name)})
+        decision = rep.decisions[best.name]
+        seeds = list(fresh[:rep.rounds[-1] if rep.rounds else 0])
+        confirm_runs = sum(s in values.get(v, {}) for v in (setup.baseline, best.name)
+                           for s in seeds)
+        phase = "confirm" if rep.needed else "done"
+        return Step(phase, list(rep.needed), race.cands, best, decision, seeds,
+                    race.used + confirm_runs, race.rounds + len(rep.rounds), rep.procedure)
+
+
 def replay(setup: RaceSetup, values: Values, proposer: Proposer) -> Step:
     """The search over the finished runs' ``values`` (variant -> seed -> the decision metric,
-    ``None`` for a failed run; a run not ended is absent), asking ``proposer`` for candidates
-    and telling it how each ended."""
-    race = _Race(setup, values, proposer)
-    while True:
-        race.update()
-        runs = race.plan()
-        if not runs:
-            break
-        race.used += len(runs)
-        race.rounds += 1
-        missing = [r for r in runs if r[1] not in values.get(r[0], {})]
-        if missing:
-            return Step("search", missing, race.cands, None, runs=race.used - len(missing),
-                        rounds=race.rounds)
-    best = race.best()
-    if best is None:
-        return Step("done", [], race.cands, None, runs=race.used, rounds=race.rounds)
-    design = setup.confirmation(best.name)
-    rep = design.replay({v: {s: x for s, x in values.get(v, {}).items()
-                             if s in design.plan.seeds()} for v in (setup.baseline, best.name)})
-    decision = rep.decisions[best.name]
-    confirm_runs = sum(s in values.get(v, {}) for v in (setup.baseline, best.name)
-                       for s in design.plan.seeds()[:rep.rounds[-1] if rep.rounds else 0])
-    seeds = list(design.plan.seeds()[:rep.rounds[-1] if rep.rounds else 0])
-    phase = "confirm" if rep.needed else "done"
-    return Step(phase, list(rep.needed), race.cands, best, decision, seeds,
-                race.used + confirm_runs, race.rounds + len(rep.rounds), rep.procedure)
+    ``None`` for a failed run; a run not ended is absent), from its start, asking ``proposer``
+    for candidates and telling it how each ended."""
+    race = Race(setup, proposer)
+    for v, by_seed in values.items():
+        for s, x in by_seed.items():
+            race.record(v, s, x)
+    return race.advance()

@@ -1,8 +1,8 @@
-"""Where the runs of an ablation train: ``--launcher NAME`` and ``--shard``.
+"""Where the runs of a study train: ``--launcher NAME`` and ``--shard``.
 
-Every launcher is driven by one loop (:mod:`.driver`: the queue, the jobs at once, retries, the
-runs another process trains, the report) and implements the small :class:`~.protocol.Launcher`
-protocol: start jobs, say how each ended. The launchers are the entries of :mod:`.registry`, one
+Every launcher is driven by the study driver's one loop (:mod:`plugdrop.ablate.study.jobs`:
+the queue, the jobs at once, retries, the runs another process trains) and implements the small
+:class:`~.protocol.Launcher` protocol: start jobs, say how each ended. The launchers are the entries of :mod:`.registry`, one
 module each (``local``, the default, trains the runs in this process, one after another); their
 options are declared once in :mod:`.options`. Every job but the local launcher's runs
 ``python -m plugdrop.ablate.worker`` (:mod:`plugdrop.ablate.worker`), which trains one run into
@@ -14,10 +14,9 @@ itself data-parallel (``--nproc-per-run N``) is started through torchrun inside 
 cluster): the run folders are the only channel between the driver and the jobs.
 """
 
-from .driver import Outcome, drive
 from .options import LaunchOptions
-from .protocol import Job, JobEnd, LaunchContext, Launcher, View
+from .protocol import End, Job, JobEnd, LaunchContext, Launcher, View
 from .registry import LAUNCHERS, gpus_for_jobs, make_launcher, require, takers
 
-__all__ = ["LAUNCHERS", "Job", "JobEnd", "LaunchContext", "LaunchOptions", "Launcher",
-           "Outcome", "View", "drive", "gpus_for_jobs", "make_launcher", "require", "takers"]
+__all__ = ["LAUNCHERS", "End", "Job", "JobEnd", "LaunchContext", "LaunchOptions", "Launcher",
+           "View", "gpus_for_jobs", "make_launcher", "require", "takers"]

@@ -6,6 +6,7 @@ there; a second Ctrl-C stops at once."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import Fault
@@ -50,7 +51,7 @@ class _Bars:
         else:
             self.progress.run_end(status if detail is None else f"{status}: {detail}")
 
-    def update(self) -> None:
+    def update(self, active: Sequence[RunDir]) -> None:
         pass
 
     def message(self, text: str) -> None:

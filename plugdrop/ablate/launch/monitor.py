@@ -1,22 +1,28 @@
-"""The driver's view of runs that train elsewhere (every launcher but ``local``): it reads the
-run folders only.
+"""The driver's view of runs that train elsewhere (every launcher but ``local``).
 
-A run is *done* (``done.json``), *failed* (``failed.json``), *running* (some process holds its
-lock, ``runs/<id>/.lock``) or *queued*. On a terminal the view is one tqdm bar (runs done, with
-the counts and an ETA); otherwise a line whenever a count changes.
+A run is *done* or *failed* (the driver says so as each ends: its folder decided), *running*
+(its job is out and holds the run's lock, ``runs/<id>/.lock``: it started training) or
+*queued*. On a terminal the view is one tqdm bar (runs done, with the counts and an ETA);
+otherwise a line whenever a count changes. Its cost per turn of the driver's loop does not
+grow with the runs of the study: only the runs with a job out are looked at, at most
+:data:`LOOK_S` apart.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..runs import FAILED, FINISHED, RunDir, RunLock
 
-__all__ = ["Counts", "Monitor"]
+__all__ = ["Counts", "LOOK_S", "Monitor"]
+
+#: seconds between two looks at which runs with a job out have started training
+LOOK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -52,22 +58,17 @@ class Monitor:
         self.t0 = time.monotonic()
         self.last: Counts | None = None
         self.bar: Any = None
+        self.done = self.failed = self.running = 0
+        self.ended_ids: set[str] = set()
+        self.looked = 0.0
         if self.tty:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=len(todo), desc="runs", unit="run", dynamic_ncols=True)
 
     def counts(self) -> Counts:
-        done = failed = running = 0
-        for rd in self.todo:
-            status = rd.status
-            if status == FINISHED:
-                done += 1
-            elif status == FAILED:
-                failed += 1
-            elif RunLock(rd).held_elsewhere():
-                running += 1
-        return Counts(len(self.todo) - done - failed - running, running, done, failed)
+        return Counts(len(self.todo) - self.done - self.failed - self.running, self.running,
+                      self.done, self.failed)
 
     def eta(self, c: Counts) -> float | None:
         ended = c.done + c.failed
@@ -76,10 +77,22 @@ class Monitor:
         return (time.monotonic() - self.t0) / ended * (c.queued + c.running)
 
     def ended(self, rd: RunDir, status: str, detail: str | None) -> None:
-        """Nothing to do: :meth:`update` reads every run's state from its folder."""
+        """``rd`` ended (``finished``, ``failed``) or its job did (another status)."""
+        if status in (FINISHED, FAILED) and rd.id not in self.ended_ids:
+            self.ended_ids.add(rd.id)
+            if status == FINISHED:
+                self.done += 1
+            else:
+                self.failed += 1
 
-    def update(self, final: bool = False) -> None:
-        """Poll the folders and show what changed."""
+    def update(self, active: Sequence[RunDir] = (), final: bool = False) -> None:
+        """Show what changed; ``active``: the runs whose job is out (those that hold their
+        lock are running)."""
+        now = time.monotonic()
+        if now - self.looked >= LOOK_S or final:
+            self.looked = now
+            self.running = sum(1 for rd in active if rd.id not in self.ended_ids
+                               and RunLock(rd).held_elsewhere())
         c = self.counts()
         if c != self.last or final:
             line = c.line(None if final else self.eta(c))
@@ -97,6 +110,7 @@ class Monitor:
             print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        self.running = 0
         self.update(final=True)
         if self.bar is not None:
             self.bar.close()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import ConfigError, Exit
-from ..outcome import Status
+from ..outcome import RunResult, Status
 from ..runs import RunDir, open_no_follow, storage_error
 from . import warm
 from .monitor import Monitor
@@ -64,9 +64,7 @@ class _Process:
         if code is None:
             return None
         self._ended()
-        from ..worker import status_after
-
-        result = status_after(self.launcher.out, self.run.id, code, self.launcher.config_hash)
+        result = RunResult.from_exit(code, self.run.status)  # the folder decides first
         if result.status is Status.FAULT:  # its one line is the log's last, if it took it
             return JobEnd(End.FAULT, self._last_line())
         if result.status is not Status.STOPPED:

@@ -1,9 +1,11 @@
 """What a launcher is: it starts jobs that each train one run, and says how each job ended; the
-driver (:mod:`.driver`) does the rest (the queue, the limit of jobs at once, retries, waiting for
-runs another process trains, the report, the outcome) the same way for every launcher."""
+study driver (:mod:`plugdrop.ablate.study.jobs`) does the rest (the queue, the limit of jobs
+at once, retries, waiting for runs another process trains, the outcome) the same way for every
+launcher."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -84,7 +86,8 @@ class Job(Protocol):
 
 @dataclass
 class LaunchContext:
-    """What the driver hands a launcher: the checked config, the folder it prepared, this
+    """What the driver hands a launcher: the checked config (the round's), the folder of the
+    runs it prepared, this
     process's place, the program that trains the runs (prepared: plugdrop's trainer holds the
     data loaded for the dry step, on which the local launcher trains), the progress bars, and
     the options."""
@@ -103,7 +106,8 @@ class View(Protocol):
 
     def ended(self, rd: RunDir, status: str, detail: str | None) -> None: ...
 
-    def update(self) -> None: ...
+    def update(self, active: Sequence[RunDir]) -> None:
+        """Called every turn of the driver's loop; ``active``: the runs whose job is out."""
 
     def message(self, text: str) -> None: ...
 
@@ -118,8 +122,7 @@ class Launcher(Protocol):
 
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         """Prepare to train ``todo`` (an executor, a cluster connection, signal handlers);
-        returns how the driver shows their progress. Called once per round of an adaptive
-        ablation (once for a fixed one)."""
+        returns how the driver shows their progress. Called once per round of the study."""
 
     def capacity(self) -> int:
         """How many jobs may run at once."""

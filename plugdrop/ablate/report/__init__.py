@@ -8,7 +8,7 @@ robust summaries (:mod:`.robust`), the text table (:mod:`.table`), the plots (:m
 from ..results import FAILED, FINISHED, INCOMPLETE, Ablation, Run, load_ablation
 from .summary import VariantSummary, summarize
 from .table import table
-from .write import CSV_COLUMNS, Rebuilder, Report, write_report
+from .write import CSV_COLUMNS, Report, write_report
 
-__all__ = ["CSV_COLUMNS", "FAILED", "FINISHED", "INCOMPLETE", "Ablation", "Rebuilder", "Report",
+__all__ = ["CSV_COLUMNS", "FAILED", "FINISHED", "INCOMPLETE", "Ablation", "Report",
            "Run", "VariantSummary", "load_ablation", "summarize", "table", "write_report"]

@@ -1,5 +1,6 @@
 """The files of an ablation's summary, rebuilt from its run folders: ``results.csv``,
-``results.json`` and the plots (:func:`write_report`), also while it runs (:class:`Rebuilder`).
+``results.json``, the plots and ``report.html`` (:func:`write_report`), also while it runs
+(the study's report listener calls it).
 
 Every file is written atomically (a temporary file in the same folder, then :func:`os.replace`),
 so a reader never sees half a file.
@@ -16,13 +17,12 @@ import csv
 import io
 import json
 import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, Fault
+from ..config import AblationConfig
 from ..runs import atomic_write_bytes, serialized, storage_error
 from . import logged
 from .figures import plot_calibration, plot_forest, plot_seeds
@@ -32,7 +32,7 @@ from ..results import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablat
 from .summary import VariantSummary, run_counts, summarize
 from .table import table
 
-__all__ = ["CSV_COLUMNS", "Rebuilder", "Report", "write_report"]
+__all__ = ["CSV_COLUMNS", "Report", "write_report"]
 
 #: The columns of ``results.csv``: one row per run and epoch.
 CSV_COLUMNS = ("variant", "seed", "epoch", "train_loss", "val_loss", "val_acc", "val_loss_ema",
@@ -113,7 +113,8 @@ def _json(ab: Ablation, summary: Sequence[VariantSummary]) -> bytes:
     return (json.dumps(_plain(doc), indent=2, allow_nan=False) + "\n").encode("utf-8")
 
 
-def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.95) -> Report:
+def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.95,
+                 cfg: AblationConfig | None = None) -> Report:
     """Rebuild ``results.csv``, ``results.json`` and the plots of an ablation folder from its
     run folders, and return the table.
 
@@ -129,6 +130,8 @@ def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.9
         out: the ablation's ``--out`` folder.
         plots: whether to draw the PNG plots (matplotlib).
         confidence: confidence level of the intervals and verdicts (default 0.95).
+        cfg: the config the runs train under, when the caller holds it (the study driver);
+            default: the one stored in the folder, read back through the loader's checks.
 
     Raises:
         ConfigError: not an ablation folder (see :func:`load_ablation`).
@@ -137,13 +140,14 @@ def write_report(out: Path | str, *, plots: bool = True, confidence: float = 0.9
     """
     folder = Path(out)
     if not (folder / "ablation.json").is_file():  # not an ablation: load_ablation says so
-        return _write_report(folder, plots, confidence)
+        return _write_report(folder, plots, confidence, cfg)
     with serialized(folder / ".report.lock"):  # one rebuild at a time: the newest wins
-        return _write_report(folder, plots, confidence)
+        return _write_report(folder, plots, confidence, cfg)
 
 
-def _write_report(out: Path | str, plots: bool, confidence: float) -> Report:
-    ab = load_ablation(out)
+def _write_report(out: Path | str, plots: bool, confidence: float,
+                  cfg: AblationConfig | None) -> Report:
+    ab = load_ablation(out, cfg)
     summary = summarize(ab, confidence)
     outputs: list[tuple[Path, bytes | None]] = [
         (ab.out / "results.csv", _csv(ab)), (ab.out / "results.json", _json(ab, summary))]
@@ -182,35 +186,3 @@ def _write(ab: Ablation, outputs: list[tuple[Path, bytes | None]]) -> list[Path]
         atomic_write_bytes(path, data, "the report")
         files.append(path)
     return files
-
-
-class Rebuilder:
-    """Rebuilds the summary of an ablation while it runs: the table, CSV and JSON whenever
-    called, the plots (seconds of matplotlib) at most every ``every`` seconds and at the end.
-    It raises only a :class:`~plugdrop.ablate.errors.Fault` (the folder takes no file, so
-    the runs could not either): any other failure is a message, never a lost run.
-
-    Args:
-        out: the ablation folder.
-        message: where a failure to write is said.
-        every: the least time between two drawings of the plots, in seconds.
-        plots: whether to draw the plots at all (the config's ``plots``).
-    """
-
-    def __init__(self, out: Path, message: Callable[[str], None], every: float = 60.0,
-                 plots: bool = True) -> None:
-        self.out, self.message, self.every, self.plots = out, message, every, plots
-        self.last_plots = time.monotonic()
-
-    def __call__(self, final: bool = True) -> Report | None:
-        plots = self.plots and (final or time.monotonic() - self.last_plots >= self.every)
-        try:
-            rep = write_report(self.out, plots=plots)
-        except Fault:  # the folder takes no file: the runs could not either, so stop
-            raise
-        except Exception as e:  # the report must never lose the runs
-            self.message(f"plugdrop ablate: could not write the report: {e}")
-            return None
-        if plots:
-            self.last_plots = time.monotonic()
-        return rep

@@ -44,9 +44,10 @@ class Lock:
     shard, or two whole ablations, refuse each other). Each run is further guarded by its
     :class:`RunLock`."""
 
-    def __init__(self, out: Path, shared: bool = False):
+    def __init__(self, out: Path, shared: bool = False, command: str = "ablate"):
         self.path = out / ".lock"
         self.shared = shared
+        self.command = command
         self.file: IO[str] | None = None
 
     def acquire(self) -> None:
@@ -56,18 +57,19 @@ class Lock:
                         | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read().strip()
+            pid, _, command = f.read().strip().partition(" ")
             f.close()
-            what = ("a whole plugdrop ablate (not a --shard) is writing into this folder"
-                    if self.shared else "another plugdrop ablate is writing into this folder")
+            other = f"plugdrop {command or 'ablate'}"
+            what = (f"a whole {other} (not a --shard) is writing into this folder"
+                    if self.shared else f"another {other} is writing into this folder")
             raise ConfigError(f"--out {self.path.parent}: {what}"
-                              f"{f' (pid {holder})' if holder else ''}; wait "
+                              f"{f' (pid {pid})' if pid else ''}; wait "
                               f"for it to end or choose another --out") from None
         if not self.shared:
             try:
                 f.seek(0)
                 f.truncate()
-                f.write(str(os.getpid()))
+                f.write(f"{os.getpid()} {self.command}")
                 f.flush()
             except OSError as e:
                 f.close()

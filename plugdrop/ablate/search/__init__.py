@@ -1,20 +1,17 @@
-"""``plugdrop search``: where and how much to regularize, searched over a space of attachments
-within a budget of runs, and ended with a confirmed verdict.
-
-The rooms, along the pipeline: the ``search:`` block (:mod:`.space`), the config around it and
-the ablation config of each round (:mod:`.setup`), the proposals (:mod:`.study`: an Optuna
-study in a journal file), the race of the candidates and the confirmation as a pure function
-of the run folders (:mod:`.race`), the loop that trains each round through the runner's
-launchers (:mod:`.runner`), and what it leaves (:mod:`.results`, :mod:`.report`,
-:mod:`.plots`).
+"""``plugdrop search``'s own parts: the ``search:`` block and its dimensions (:mod:`.space`),
+the config around it and each round's ablation config of the candidates so far
+(:mod:`.setup`), the proposals (:mod:`.proposals`: an Optuna study in a journal file), and
+what a search leaves (:mod:`.results`: ``search.json``, ``best.yaml``; :mod:`.report` and
+:mod:`.plots`: its page). The race and the confirmation are decisions
+(:mod:`plugdrop.ablate.decide.race`); the search itself is a strategy of the study driver
+(:mod:`plugdrop.ablate.study.search`).
 """
 
-from ..decide.race import RaceSetup, Step, replay
-from .runner import SearchOutcome, run_search, setup_of
-from .setup import SearchConfig, load_search, loads_search
+from .proposals import INSTALL, JOURNAL, Proposals, require_optuna
+from .results import write_results
+from .setup import BASELINE, SearchConfig, load_search, loads_search, setup_of
 from .space import Dimension, SearchSpec, parse_search
-from .study import INSTALL, Study, require_optuna
 
-__all__ = ["Dimension", "INSTALL", "RaceSetup", "SearchConfig", "SearchOutcome", "SearchSpec",
-           "Step", "Study", "load_search", "loads_search", "parse_search", "replay",
-           "require_optuna", "run_search", "setup_of"]
+__all__ = ["BASELINE", "Dimension", "INSTALL", "JOURNAL", "Proposals", "SearchConfig",
+           "SearchSpec", "load_search", "loads_search", "parse_search", "require_optuna",
+           "setup_of", "write_results"]

@@ -107,14 +107,14 @@ def best_yaml(doc: Mapping[str, Any]) -> bytes | None:
     return (head + body).encode()
 
 
-def write_results(out: Path, sc: SearchConfig, step: Step, study: Any,
+def write_results(out: Path, sc: SearchConfig, step: Step, proposals: Any,
                   attachments: Mapping[int, Any], final: bool) -> list[Path]:
     """Write ``search.json`` (every round) and, ``final``, ``best.yaml`` and the report with
     the importance of each dimension (seconds of fANOVA and matplotlib)."""
-    from .study import importance
+    from .proposals import importance
 
-    values, evaluator = importance(study) if final else ({}, "")
-    numbers = {k: t.number for k, t in study.trials.items()}
+    values, evaluator = importance(proposals) if final else ({}, "")
+    numbers = {k: t.number for k, t in proposals.trials.items()}
     doc = search_json(sc, step, attachments, numbers, values, evaluator)
     if not final:  # keep the importance of the last full report
         try:

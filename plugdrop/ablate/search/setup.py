@@ -17,10 +17,11 @@ from typing import Any
 from .. import config
 from ..config import AblationConfig
 from ..config.locations import Loc, LocDict, fail, plain, yaml_text
+from ..decide.race import RaceSetup
 from ..errors import ConfigError
 from .space import SearchSpec, check_budget, parse_search, substitute
 
-__all__ = ["BASELINE", "SearchConfig", "load_search", "loads_search"]
+__all__ = ["BASELINE", "SearchConfig", "load_search", "loads_search", "setup_of"]
 
 #: the reference variant of a search
 BASELINE = "baseline"
@@ -75,6 +76,13 @@ class SearchConfig:
             return config.parse(raw, self.base.source)
         except ConfigError as e:  # the checks of the space passed: say so, do not hide it
             raise ConfigError(f"a candidate's config fails its checks: {e}") from None
+
+
+def setup_of(sc: SearchConfig) -> RaceSetup:
+    """The race's view of a search config: its seeds, budget, decision rule and baseline."""
+    return RaceSetup(sc.search_seeds, sc.seeds_min, sc.seeds_max, sc.seeds_step,
+                     sc.confirm_first, sc.spec.budget, sc.spec.parallel, sc.base.decision,
+                     BASELINE)
 
 
 def _split(raw: Any, source: str) -> tuple[Any, Any, Any]:
@@ -156,7 +164,7 @@ def loads_search(text: str, source: str = "<config>") -> SearchConfig:
 
 
 def _check_sampler(spec: SearchSpec) -> None:
-    from .study import make_sampler
+    from .proposals import make_sampler
 
     make_sampler(spec, 0)  # options it does not take: one line, naming the block
 

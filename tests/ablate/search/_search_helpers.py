@@ -20,7 +20,8 @@ sys.path.insert(1, str(HERE.parent))  # tests/ablate: _runner_helpers
 import search_target as target  # noqa: E402
 
 from plugdrop.ablate.config.locations import plain  # noqa: E402
-from plugdrop.ablate.search import Study, loads_search, replay, setup_of  # noqa: E402
+from plugdrop.ablate.decide.race import replay  # noqa: E402
+from plugdrop.ablate.search import Proposals, loads_search, setup_of  # noqa: E402
 
 SPACE = """\
     - {layers: {choice: ["layer1.*", "layer2.*", "layer3.*", "layer4.*"]}, transform: DropBlock,
@@ -90,7 +91,7 @@ def drive(text: str, journal: Path, values: dict | None = None, stop_after: int 
     Returns the last step and the study."""
     sc = loads_search(text, "search.yaml")
     setup = setup_of(sc)
-    study = Study(journal, sc.spec)
+    study = Proposals(journal, sc.spec)
     values = {} if values is None else values
     trained = 0
     while True:

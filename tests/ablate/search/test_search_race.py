@@ -93,10 +93,10 @@ def test_a_kill_inside_an_ask_is_asked_again(tmp_path):
     with pytest.raises(Stop):
         drive(text, tmp_path / "cut.journal", values, stop_after=9)
     sc = loads_search(text, "search.yaml")
-    from plugdrop.ablate.search import Study
-    from plugdrop.ablate.search.study import make_sampler
+    from plugdrop.ablate.search import Proposals
+    from plugdrop.ablate.search.proposals import make_sampler
 
-    study = Study(tmp_path / "cut.journal", sc.spec)
+    study = Proposals(tmp_path / "cut.journal", sc.spec)
     k = max(study.trials) + 1
     study.study.sampler = make_sampler(sc.spec, k)
     study.study.ask(study.dists)  # torn: never labelled with its candidate

@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import ConfigError
 from .space import SAMPLERS, TPE_STARTUP, Dimension, SearchSpec
 
-__all__ = ["INSTALL", "JOURNAL", "Proposal", "Study", "importance", "make_sampler",
+__all__ = ["INSTALL", "JOURNAL", "Proposal", "Proposals", "importance", "make_sampler",
            "require_optuna"]
 
 #: the study's file in the search folder
@@ -81,8 +81,8 @@ class Proposal:
     error: str | None = None
 
 
-class Study:
-    """The search's Optuna study, stored in ``path`` (created, or loaded to resume).
+class Proposals:
+    """The search's proposals: an Optuna study stored in ``path`` (created, or loaded to resume).
 
     The caller holds the search folder's lock, so no other process reads or writes the journal:
     a journal lock found at the start (``study.journal.lock``) was left by a search killed
@@ -107,6 +107,8 @@ class Study:
         storage = JournalStorage(JournalFileBackend(file, lock_obj=lock))
         self.study = optuna.create_study(storage=storage, study_name=_NAME,
                                          direction="maximize", load_if_exists=True)
+        self.storage = storage
+        self.study_id = storage.get_study_id_from_name(_NAME)
         self.trials: dict[int, Any] = {}
         self.told: set[int] = set()
         running = optuna.trial.TrialState.RUNNING
@@ -135,7 +137,9 @@ class Study:
         if k in self.told:
             return
         number = self.trials[k].number
-        self.study.set_trial_user_attr(number, "error", error)
+        # the storage's call: Optuna's Study has none for a trial it did not hand out
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        self.storage.set_trial_user_attr(trial_id, "error", error)
         self.study.tell(number, state=self.optuna.trial.TrialState.FAIL)
         self.trials[k] = self.study.get_trials(deepcopy=False)[number]
         self.told.add(k)
@@ -153,7 +157,7 @@ class Study:
         self.told.add(k)
 
 
-def importance(study: Study) -> tuple[dict[str, float], str]:
+def importance(study: Proposals) -> tuple[dict[str, float], str]:
     """Each searched dimension's importance for the candidates' estimates (fANOVA, else
     Optuna's default evaluator) and the evaluator's name; empty when too few candidates
     finished to say."""

@@ -1,50 +1,42 @@
-"""The one driver loop of every launcher: it keeps the launcher's jobs at its capacity, reads
-how each ended, rebuilds the report when a run ended, submits again a run whose job ended
-before it did (``--max-retries``), waits for a run another process trains (a shard, an earlier
-driver's job) and trains it if that process let go unfinished, and fills the :class:`Outcome`.
+"""One round's runs handed to a launcher, for every launcher the same way: the jobs kept at
+the launcher's capacity, how each ended read, a run whose job ended before it did submitted
+again (``--max-retries``), a run another process trains (a shard, an earlier driver's job)
+waited for and trained if that process let go unfinished, and the :class:`~.outcome.Outcome`
+filled.
 
 The run folders decide: whatever a job says, a run is finished or failed when its folder says
-so. Under torchrun (the local launcher only) every rank runs this loop; what it reads from the
-folder is read on rank 0 and shared.
+so. Every run that ends is told to ``on_end`` (the study driver: the strategy learns its value,
+the listeners hear of it) as it ends, once. Under torchrun (the local launcher only) every rank
+runs this loop; what it reads from the folder is read on rank 0 and shared.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .. import runs
 from ..errors import Fault
+from ..launch import End, Job, JobEnd, LaunchContext, Launcher, View
 from ..runs import RunDir, RunLock
 from ..train import Stopped, on_rank0
-from .protocol import End, Job, JobEnd, LaunchContext, Launcher, View
+from .outcome import Outcome
 
-__all__ = ["GRACE", "Outcome", "Waiting", "drive"]
+__all__ = ["GRACE", "Waiting", "dispatch"]
 
 #: seconds a job may go on after its run finished before the driver cancels it
 GRACE = 10.0
 
 T = TypeVar("T")
 
-
-@dataclass
-class Outcome:
-    """What an ablation's invocation did: the runs finished, failed and skipped (finished
-    before it started), and the signal that stopped it (0: none)."""
-
-    finished: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    stopped: int = 0
-    #: stopped at once (a second Ctrl-C), not at a step boundary with a checkpoint there
-    at_once: bool = False
+#: what the driver does when a run ended: ``(run, state, detail)``
+OnEnd = Callable[[RunDir, str, "str | None"], None]
 
 
 class Waiting:
     """Runs whose job ended while another process (a job of an earlier driver, a shard) still
-    trains them: watched until that process lets go, then submitted again if unfinished."""
+    trains them: watched until that process lets go."""
 
     def __init__(self) -> None:
         self.runs: list[RunDir] = []
@@ -52,43 +44,54 @@ class Waiting:
     def add(self, rd: RunDir) -> None:
         self.runs.append(rd)
 
-    def released(self) -> list[RunDir]:
-        """The runs no process holds any more and that are still unfinished (forgotten)."""
-        out: list[RunDir] = []
+    def released(self) -> tuple[list[tuple[RunDir, str]], list[RunDir]]:
+        """The runs no process holds any more: those that ended meanwhile (with their state)
+        and those still unfinished (forgotten: to be submitted again)."""
+        ended: list[tuple[RunDir, str]] = []
+        again: list[RunDir] = []
         keep: list[RunDir] = []
         for rd in self.runs:
-            if rd.status != runs.INCOMPLETE:
-                continue
-            (keep if RunLock(rd).held_elsewhere() else out).append(rd)
+            status = rd.status
+            if status != runs.INCOMPLETE:
+                ended.append((rd, status))
+            elif RunLock(rd).held_elsewhere():
+                keep.append(rd)
+            else:
+                again.append(rd)
         self.runs = keep
-        return out
+        return ended, again
 
     def __bool__(self) -> bool:
         return bool(self.runs)
 
 
-class _Driver:
-    def __init__(self, launcher: Launcher, ctx: LaunchContext, view: View) -> None:
+class _Dispatch:
+    def __init__(self, launcher: Launcher, ctx: LaunchContext, view: View, on_end: OnEnd,
+                 command: str) -> None:
         self.launcher, self.ctx, self.view = launcher, ctx, view
+        self.on_end, self.command = on_end, command
         self.queue: list[RunDir] = []
         self.active: list[Job] = []
         self.waiting = Waiting()
         self.tries: dict[str, int] = {}
         self.over: dict[str, float] = {}
-        # here, not at the top: every job imports this package (submitit and Ray unpickle
-        # their callables from it), and only the driver needs the report (scipy, matplotlib)
-        from ..report import Rebuilder
-
-        self.rebuild = Rebuilder(ctx.out, view.message, plots=ctx.cfg.plots)
+        self.seen: set[str] = set()
 
     def probe(self, fn: Callable[[], T]) -> T:
         """``fn`` (reading the folder) on rank 0, its result on every rank."""
         return on_rank0(self.ctx.d, fn)
 
+    def say(self, text: str) -> None:
+        self.view.message(f"plugdrop {self.command}: {text}")
+
     def run(self, todo: list[RunDir]) -> None:
         self.queue = list(todo)
         while self.queue or self.active or self.waiting:
-            self.queue += self.probe(self.waiting.released)
+            if self.waiting:
+                ended, again = self.probe(self.waiting.released)
+                for rd, status in ended:
+                    self.end(rd, status, None)
+                self.queue += again
             room = self.launcher.capacity() - len(self.active)
             if self.queue and room > 0:
                 batch, self.queue = self.queue[:room], self.queue[room:]
@@ -101,9 +104,16 @@ class _Driver:
                 if end is not None:
                     self.active.remove(job)
                     self.ended(job, end)
-            self.view.update()
+            self.view.update([job.run for job in self.active])
             if self.active or self.waiting:
                 self.launcher.wait(self.active, 0.5)
+
+    def end(self, rd: RunDir, status: str, detail: str | None) -> None:
+        """``rd`` ended (its folder says ``status``): once, whoever trained it."""
+        self.view.ended(rd, status, detail)
+        if rd.id not in self.seen:
+            self.seen.add(rd.id)
+            self.on_end(rd, status, detail)
 
     def left_behind(self, job: Job) -> bool:
         """Whether ``job`` is still queued or running although its run finished or failed
@@ -119,8 +129,7 @@ class _Driver:
         rd, view = job.run, self.view
         status = self.probe(lambda: rd.status)
         if status != runs.INCOMPLETE:
-            view.ended(rd, status, end.error)
-            self.report()
+            self.end(rd, status, end.error)
         elif end.status is End.FAULT:
             view.ended(rd, End.FAULT, None)
             raise end.fault or self.probe(lambda: self.fault(job, end))
@@ -128,15 +137,15 @@ class _Driver:
             self.waiting.add(rd)  # another process trains it: wait for that one
             view.ended(rd, End.BUSY, None)
         elif end.status is End.LOST:
-            view.message(f"plugdrop ablate: run {rd.id}: {end.error}")
+            self.say(f"run {rd.id}: {end.error}")
             self.give_up(rd, str(end.error), end.detail)
         else:  # the job ended before its run did (killed, preempted, stopped)
             self.probe(lambda: self.check_room(rd))  # a full disk, say: stop, do not retry
             n = self.tries[rd.id] = self.tries.get(rd.id, 0) + 1
             most = self.ctx.options.max_retries
             if n <= most:
-                view.message(f"plugdrop ablate: {job.label} of {rd.id} ended before the run "
-                             f"did; submitting it again ({n}/{most})")
+                self.say(f"{job.label} of {rd.id} ended before the run did; submitting it "
+                         f"again ({n}/{most})")
                 self.queue.insert(0, rd)
             else:
                 self.give_up(rd, f"its job ended {n} times before the run did; see {job.logs}",
@@ -164,12 +173,7 @@ class _Driver:
     def give_up(self, rd: RunDir, why: str, detail: str) -> None:
         if self.ctx.d.main:
             rd.failed(RuntimeError(why), rd.current_epoch(), detail)
-        self.view.ended(rd, runs.FAILED, why)
-        self.report()
-
-    def report(self) -> None:
-        if self.ctx.d.main:
-            self.rebuild(final=False)
+        self.end(rd, runs.FAILED, why)
 
     def cancel(self) -> None:
         active, self.active = self.active, []
@@ -177,30 +181,37 @@ class _Driver:
             job.cancel()
 
 
-def drive(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: Outcome) -> None:
+def dispatch(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome: Outcome,
+             on_end: OnEnd | None = None, command: str = "ablate") -> None:
     """Train ``todo`` through ``launcher`` and record in ``outcome`` what the folders say
-    afterwards; Ctrl-C (or, for the local launcher, a SIGTERM) stops it with the finished
-    epochs kept; a :class:`Fault` (a job's, or the folder's: no room for a run submitted
-    again) cancels the other jobs and is raised. An adaptive ablation drives one round at a time through the same launcher;
-    whoever made the launcher closes it after the last round."""
+    afterwards; each run that ends is told to ``on_end`` as it ends. Ctrl-C (or, for the local
+    launcher, a SIGTERM) stops it with the finished epochs kept; a :class:`Fault` (a job's, or
+    the folder's: no room for a run submitted again) cancels the other jobs and is raised. A
+    study dispatches one round at a time through the same launcher; whoever made the launcher
+    closes it after the last round."""
     view = launcher.start(ctx, todo)
-    driver = _Driver(launcher, ctx, view)
+    job_loop = _Dispatch(launcher, ctx, view, on_end or (lambda rd, status, detail: None),
+                         command)
     try:
-        driver.run(todo)
+        job_loop.run(todo)
     except KeyboardInterrupt:
-        driver.cancel()
+        job_loop.cancel()
         outcome.stopped, outcome.at_once = 2, True
     except Stopped as e:
-        driver.cancel()
+        job_loop.cancel()
         outcome.stopped = e.signum
     except Fault:  # the other jobs would meet it too: stop them, start no other run
-        driver.cancel()
+        job_loop.cancel()
         raise
     finally:
-        driver.cancel()  # none is left on a normal end; after an error, no job outlives us
+        job_loop.cancel()  # none is left on a normal end; after an error, no job outlives us
         view.close()
-    statuses = driver.probe(lambda: [rd.status for rd in todo])
+    # a run that ended without its job saying so (finished by another process): told now
+    statuses = job_loop.probe(lambda: [rd.status for rd in todo])
     for rd, status in zip(todo, statuses):
+        if status != runs.INCOMPLETE and rd.id not in job_loop.seen:
+            job_loop.seen.add(rd.id)
+            job_loop.on_end(rd, status, None)
         if status == runs.FINISHED:
             outcome.finished.append(rd.id)
         elif status == runs.FAILED:
