@@ -344,3 +344,67 @@ def test_importing_plugdrop_imports_no_compiler():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------- one study loop
+
+STUDY = "plugdrop.ablate.study"
+
+
+def _defs(kind: type, pick: callable) -> list[str]:
+    """``module:name`` of every node of ``kind`` in the package that ``pick`` accepts."""
+    import ast
+
+    out = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, kind) and (name := pick(node)):
+                out.append(f"{mod}:{name}")
+    return out
+
+
+def test_the_decisions_import_nothing_of_the_report_the_launchers_or_the_driver():
+    edges, _ = _imports()
+    wrong = [f"{m} -> {t}" for m, targets in edges.items()
+             if m.startswith("plugdrop.ablate.decide") for t in targets
+             if t.startswith(("plugdrop.ablate.report", "plugdrop.ablate.launch",
+                              "plugdrop.ablate.study", "plugdrop.ablate.programs",
+                              "plugdrop.ablate.execute", "plugdrop.ablate.worker",
+                              "plugdrop.ablate.train", "plugdrop.ablate.search"))]
+    assert wrong == []
+
+
+def test_one_outcome_type_one_run_state_one_round_loop_one_claim_one_manifest():
+    """What the study driver owns is defined once: the outcome of a study, the run's state
+    (the word "failed" is a run's state in one place; the ending of an attempt and a
+    candidate's state reuse it), the loop that asks a strategy for rounds, the dispatch of a
+    round to a launcher, the folder's lock, and ``ablation.json``'s record."""
+    import ast
+
+    outcomes = _defs(ast.ClassDef, lambda n: n.name if n.name.endswith("Outcome") else None)
+    assert outcomes == [f"{STUDY}.outcome:Outcome"]
+    def failed(n: ast.AST) -> str | None:  # "failed" given to a name, or compared with
+        values = ([n.value] if isinstance(n, (ast.Assign, ast.AnnAssign)) else
+                  n.comparators if isinstance(n, ast.Compare) else [])
+        for v in values:
+            for c in ([v] if not isinstance(v, ast.Tuple) else v.elts):
+                if isinstance(c, ast.Constant) and c.value == "failed":
+                    return "failed"
+        return None
+
+    assert _defs(ast.AST, failed) == ["plugdrop.ablate.runs.state:failed"]
+    calls = lambda name: _defs(ast.Call, lambda n: name if (  # noqa: E731
+        getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == name else None)
+    assert calls("next_round") == [f"{STUDY}.driver:next_round"]
+    assert calls("dispatch") == [f"{STUDY}.driver:dispatch"]
+    assert sorted({c for c in calls("Lock") if c.startswith("plugdrop.ablate")}) == [
+        f"{STUDY}.driver:Lock"]  # the folder's lock (threading's elsewhere)
+    def record(n: ast.Dict) -> str | None:  # a folder's record: its hash and its runs
+        keys = {k.value for k in n.keys if isinstance(k, ast.Constant)}
+        return "record" if {"config_hash", "runs", "variants"} <= keys else None
+
+    assert sorted(_defs(ast.Dict, record)) == [
+        "plugdrop.ablate.report.write:record",  # results.json
+        f"{STUDY}.folder:record"]  # ablation.json
+    assert not (PACKAGE / "ablate" / "runner.py").exists()
+    assert not (PACKAGE / "ablate" / "search" / "runner.py").exists()

@@ -1,8 +1,11 @@
-"""How one run's execution ended, as a value: :class:`RunResult` (finished, failed with its
-error, busy, stopped by a signal, or stopped by a fault of the environment). A job hands it to
-its driver as JSON (:meth:`RunResult.to_json`: submitit's and Ray's return values) or as its
-exit status (:meth:`RunResult.exit_status`, :class:`~plugdrop.ablate.errors.Exit`), and the
-driver reads it back without parsing strings.
+"""How one attempt of a run ended, as a value: :class:`RunResult` (finished, failed with its
+error, busy, stopped by a signal, or stopped by a fault of the environment), and how an attempt
+or the job that made it ended, in one word: :class:`Ending` (the one type the launchers, the
+driver and the jobs share; a job that ended without saying more is :attr:`Ending.ENDED`, one
+the launcher gave up is :attr:`Ending.LOST`). A job hands its result to its driver as JSON
+(:meth:`RunResult.to_json`: submitit's and Ray's return values) or as its exit status
+(:meth:`RunResult.exit_status`, :class:`~plugdrop.ablate.errors.Exit`), and the driver reads it
+back without parsing strings.
 
     >>> r = RunResult.stopped(15)
     >>> RunResult.from_json(r.to_json()) == r, r.exit_status()
@@ -18,22 +21,30 @@ from enum import Enum
 from typing import Any
 
 from .errors import Exit, Fault
+from .runs.state import RunState
 
-__all__ = ["RunResult", "Status"]
+__all__ = ["Ending", "RunResult"]
 
 
-class Status(str, Enum):
-    """How a run's execution ended (equal to the run folder's status words where they share
-    one: ``Status.FINISHED == "finished"``)."""
+class Ending(str, Enum):
+    """How an attempt of a run, or the job that made it, ended (its finished and failed are
+    the run's own :class:`~plugdrop.ablate.runs.RunState` words)."""
 
-    FINISHED = "finished"
-    FAILED = "failed"
-    #: another process trains the run now
+    #: its run finished (the run folder says so too)
+    FINISHED = RunState.FINISHED.value
+    #: its run failed (recorded in the run folder)
+    FAILED = RunState.FAILED.value
+    #: another process trains the run now: the driver waits for that one
     BUSY = "busy"
     #: a signal stopped it at a step boundary, with a checkpoint there
     STOPPED = "stopped"
     #: the environment failed (a full disk, data that vanished); the run is not marked failed
     FAULT = "fault"
+    #: the job ended without saying more (killed, preempted): the run folder tells whether its
+    #: run finished; if not, the driver submits it again (``--max-retries``)
+    ENDED = "ended"
+    #: the launcher gave up on the job (Ray's own retries spent): the run is marked failed
+    LOST = "lost"
 
     def __str__(self) -> str:
         return self.value
@@ -44,14 +55,14 @@ class RunResult:
     """How :func:`~plugdrop.ablate.execute.execute` (or a job) ended.
 
     Attributes:
-        status: the :class:`Status`.
+        status: the :class:`Ending`.
         error: a failed run's error, on one line.
-        signum: the signal that stopped it (:attr:`Status.STOPPED`; ``None``: not known).
-        fault: the message of a fault (:attr:`Status.FAULT`).
+        signum: the signal that stopped it (:attr:`Ending.STOPPED`; ``None``: not known).
+        fault: the message of a fault (:attr:`Ending.FAULT`).
         fix: what to do about the fault before ``--resume``.
     """
 
-    status: Status
+    status: Ending
     error: str | None = None
     signum: int | None = None
     fault: str | None = None
@@ -61,39 +72,39 @@ class RunResult:
 
     @classmethod
     def finished(cls) -> RunResult:
-        return cls(Status.FINISHED)
+        return cls(Ending.FINISHED)
 
     @classmethod
     def failed(cls, error: str) -> RunResult:
-        return cls(Status.FAILED, error=error)
+        return cls(Ending.FAILED, error=error)
 
     @classmethod
     def busy(cls) -> RunResult:
-        return cls(Status.BUSY)
+        return cls(Ending.BUSY)
 
     @classmethod
     def stopped(cls, signum: int | None = None) -> RunResult:
-        return cls(Status.STOPPED, signum=signum)
+        return cls(Ending.STOPPED, signum=signum)
 
     @classmethod
     def faulted(cls, e: Fault) -> RunResult:
-        return cls(Status.FAULT, fault=str(e), fix=e.fix)
+        return cls(Ending.FAULT, fault=str(e), fix=e.fix)
 
     # -- what it means --------------------------------------------------------------------
 
     def as_fault(self) -> Fault | None:
-        """The :class:`Fault` of a :attr:`Status.FAULT` result, else ``None``."""
-        if self.status is not Status.FAULT:
+        """The :class:`Fault` of a :attr:`Ending.FAULT` result, else ``None``."""
+        if self.status is not Ending.FAULT:
             return None
         return Fault(self.fault or "a job stopped on a fault of the environment", self.fix)
 
     def exit_status(self) -> int:
         """The exit status of a worker that ended so (:class:`~plugdrop.ablate.errors.Exit`;
         stopped: 128 + the signal)."""
-        if self.status is Status.STOPPED:
+        if self.status is Ending.STOPPED:
             return Exit.SIGNAL + (self.signum or signal.SIGTERM)
-        return {Status.FINISHED: Exit.OK, Status.FAILED: Exit.FAILED, Status.FAULT: Exit.FAULT,
-                Status.BUSY: Exit.BUSY}[self.status]
+        return {Ending.FINISHED: Exit.OK, Ending.FAILED: Exit.FAILED, Ending.FAULT: Exit.FAULT,
+                Ending.BUSY: Exit.BUSY}[self.status]
 
     # -- across a process -------------------------------------------------------------------
 
@@ -111,7 +122,7 @@ class RunResult:
         no result, or not this form)."""
         try:
             data = json.loads(text) if isinstance(text, (str, bytes)) else None
-            status = Status(data.get("status")) if isinstance(data, dict) else None
+            status = Ending(data.get("status")) if isinstance(data, dict) else None
         except ValueError:  # not JSON, or no status of ours
             return None
         if data is None or status is None:
@@ -130,10 +141,10 @@ class RunResult:
         (``finished``, ``failed``, ``incomplete``) deciding first: a finished or failed run is
         so whatever the exit; else a fault (:attr:`Exit.FAULT`), busy (:attr:`Exit.BUSY`), or
         stopped (by signal ``code - 128`` when above 128)."""
-        if folder in (Status.FINISHED, Status.FAILED):
-            return cls(Status(folder))
+        if folder in (Ending.FINISHED, Ending.FAILED):
+            return cls(Ending(folder))
         if code == Exit.FAULT:
-            return cls(Status.FAULT)
+            return cls(Ending.FAULT)
         if code == Exit.BUSY:
             return cls.busy()
         return cls.stopped(code - Exit.SIGNAL if code > Exit.SIGNAL else None)

@@ -36,7 +36,7 @@ from . import runs
 from .config import AblationConfig, load_stored
 from .errors import ConfigError, Exit, Fault
 from .execute import execute
-from .outcome import RunResult, Status
+from .outcome import Ending, RunResult
 from .programs import program_of
 from .progress import Progress
 from .train import SIGNALS, StopFlag, Stopped, resolve_device, setup_distributed
@@ -103,7 +103,7 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
         raise
     finally:
         stop.restore()
-    if result.status is Status.FAILED:
+    if result.status is Ending.FAILED:
         _say(f"plugdrop worker: run {run_id} failed: {result.error}")
     return result
 
@@ -159,7 +159,7 @@ def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
         for s, h in old.items():
             signal.signal(s, h)
     result = status_after(Path(out), run_id, code, config_hash)
-    if got and result.status is Status.STOPPED:
+    if got and result.status is Ending.STOPPED:
         return RunResult.stopped(got[0])
     return result
 

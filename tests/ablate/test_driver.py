@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from plugdrop.ablate import runs
-from plugdrop.ablate.launch import End, JobEnd, LaunchContext, LaunchOptions
+from plugdrop.ablate.launch import Ending, JobEnd, LaunchContext, LaunchOptions
 from plugdrop.ablate.study import Outcome
 from plugdrop.ablate.study import dispatch as drive
 
-BUSY, ENDED, FINISHED, LOST = End.BUSY, End.ENDED, End.FINISHED, End.LOST
+BUSY, ENDED, FINISHED, LOST = Ending.BUSY, Ending.ENDED, Ending.FINISHED, Ending.LOST
 from plugdrop.ablate.train import Dist
 
 
@@ -37,7 +37,7 @@ class Job:
 def _end(entry: str) -> JobEnd:
     """``status`` or ``status:error`` of a script entry."""
     status, *error = entry.split(":", 1)
-    return JobEnd(End(status), *error)
+    return JobEnd(Ending(status), *error)
 
 
 class View:

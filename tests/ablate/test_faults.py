@@ -420,8 +420,8 @@ def test_a_fault_travels_from_a_job_to_the_driver():
     """A job returns how its run ended as JSON (submitit's and Ray's return values); a fault
     keeps its message and its fix; an exit status alone gives a fault without a message."""
     from plugdrop.ablate.errors import Exit, StorageError
-    from plugdrop.ablate.launch.protocol import End, JobEnd
-    from plugdrop.ablate.outcome import RunResult, Status
+    from plugdrop.ablate.launch.protocol import Ending, JobEnd
+    from plugdrop.ablate.outcome import Ending, RunResult
 
     e = StorageError("/x: cannot write the checkpoint (checkpoint.pt): the file system is "
                      "read-only", "make /x writable, then continue")
@@ -431,29 +431,29 @@ def test_a_fault_travels_from_a_job_to_the_driver():
     fault = got.as_fault()
     assert fault is not None and (str(fault), fault.fix) == (str(e), e.fix)
     end = JobEnd.of(got)
-    assert end.status is End.FAULT and end.fault is not None and str(end.fault) == str(e)
+    assert end.status is Ending.FAULT and end.fault is not None and str(end.fault) == str(e)
     assert RunResult.from_json(RunResult.finished().to_json()).as_fault() is None
     for junk in ("finished", "fault: {}", None, b"\x80", '{"status": "nope"}', "[]", 3):
         assert RunResult.from_json(junk) is None, junk
     plain = RunResult.from_exit(Exit.FAULT, "incomplete")  # an exit status alone
-    assert plain.status is Status.FAULT and "fault of the environment" in str(plain.as_fault())
+    assert plain.status is Ending.FAULT and "fault of the environment" in str(plain.as_fault())
 
 
 def test_a_run_result_says_its_exit_status_and_reads_one_back():
     from plugdrop.ablate.errors import Exit
-    from plugdrop.ablate.launch.protocol import End, JobEnd
-    from plugdrop.ablate.outcome import RunResult, Status
+    from plugdrop.ablate.launch.protocol import Ending, JobEnd
+    from plugdrop.ablate.outcome import Ending, RunResult
 
     assert [r.exit_status() for r in (RunResult.finished(), RunResult.failed("boom"),
                                       RunResult.busy(), RunResult.stopped(10),
                                       RunResult.stopped())] == [0, 1, 75, 138, 143]
-    assert RunResult.from_exit(1, "failed") == RunResult(Status.FAILED)
+    assert RunResult.from_exit(1, "failed") == RunResult(Ending.FAILED)
     assert RunResult.from_exit(143, "finished") == RunResult.finished()  # the folder decides
     assert RunResult.from_exit(Exit.BUSY, "incomplete") == RunResult.busy()
     assert RunResult.from_exit(130, "incomplete") == RunResult.stopped(2)
     assert RunResult.from_exit(Exit.MISTAKE, "incomplete") == RunResult.stopped()
-    assert JobEnd.of(RunResult.stopped(15)) == JobEnd(End.ENDED)
-    assert JobEnd.of(RunResult.failed("boom")) == JobEnd(End.FAILED, "boom")
+    assert JobEnd.of(RunResult.stopped(15)) == JobEnd(Ending.ENDED)
+    assert JobEnd.of(RunResult.failed("boom")) == JobEnd(Ending.FAILED, "boom")
     assert RunResult.from_json(RunResult.stopped(12).to_json()) == RunResult.stopped(12)
 
 

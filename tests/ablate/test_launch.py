@@ -21,7 +21,7 @@ from _runner_helpers import (  # noqa: F401 (ray_cluster: a fixture)
     SMALL, cli, popen, ray_cluster, reference, write)
 
 from plugdrop.ablate.errors import Fault
-from plugdrop.ablate.launch.protocol import End, JobEnd
+from plugdrop.ablate.launch.protocol import Ending, JobEnd
 from plugdrop.ablate.outcome import RunResult
 from plugdrop.cli import main
 
@@ -214,12 +214,12 @@ _FAULT = RunResult.faulted(Fault("disk full", "free space")).to_json()
 
 
 @pytest.mark.parametrize("state,result,asked,end", [
-    ("CANCELLED by 0", None, False, End.ENDED),  # scancel, a kill
-    ("FAILED", None, False, End.ENDED),  # a job stopped for Slurm to requeue, a lost node
-    ("NODE_FAIL", None, False, End.ENDED),
-    ("COMPLETED", _FAULT, True, End.FAULT),  # the job sent its fault
-    ("COMPLETED", None, True, End.ENDED),  # completed: its file may be late (NFS): waited for
-    ("FAILED", _FAULT, True, End.FAULT),  # the file is there: read at once
+    ("CANCELLED by 0", None, False, Ending.ENDED),  # scancel, a kill
+    ("FAILED", None, False, Ending.ENDED),  # a job stopped for Slurm to requeue, a lost node
+    ("NODE_FAIL", None, False, Ending.ENDED),
+    ("COMPLETED", _FAULT, True, Ending.FAULT),  # the job sent its fault
+    ("COMPLETED", None, True, Ending.ENDED),  # completed: its file may be late (NFS): waited for
+    ("FAILED", _FAULT, True, Ending.FAULT),  # the file is there: read at once
 ], ids=["cancelled", "failed", "node-fail", "completed-fault", "completed-late", "failed-fault"])
 def test_a_slurm_job_that_ended_without_a_result_is_not_waited_for(tmp_path, state, result,
                                                                      asked, end):
@@ -243,7 +243,7 @@ def test_a_slurm_job_that_wrote_its_result_ends_before_slurm_says_so(tmp_path):
 
     job = _EndedJob(tmp_path, "RUNNING", _FAULT)
     end = _SlurmJob(None, job, tmp_path).poll()  # type: ignore[arg-type]
-    assert end is not None and end.status is End.FAULT and str(end.fault) == "disk full"
+    assert end is not None and end.status is Ending.FAULT and str(end.fault) == "disk full"
     job.paths.result_pickle.unlink()
     assert _SlurmJob(None, job, tmp_path).poll() is None  # type: ignore[arg-type]
 
@@ -256,7 +256,7 @@ def test_a_local_job_that_ended_without_a_result_is_not_waited_for(tmp_path):
 
     local = submitit.LocalJob(folder=tmp_path, job_id="1")  # ended: no process, no result
     local.result = lambda: pytest.fail("waited for the result of a local job without one")
-    assert _SlurmJob(None, local, tmp_path).poll() == JobEnd(End.ENDED)  # type: ignore[arg-type]
+    assert _SlurmJob(None, local, tmp_path).poll() == JobEnd(Ending.ENDED)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------------- ray

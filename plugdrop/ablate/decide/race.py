@@ -27,19 +27,42 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..config import DecisionRule, SeedPlan
+from ..runs import RunState
 from .decision import Decision
 from .design import Design
 from .stats import mean_ci
 
-__all__ = ["COMPLETE", "DROPPED", "FAILED", "OPEN", "STOPPED", "Candidate", "Proposer", "Race",
+__all__ = ["COMPLETE", "DROPPED", "FAILED", "OPEN", "STOPPED", "Candidate", "CandidateState",
+           "Proposer", "Race",
            "RaceSetup", "Step", "candidate_name", "replay"]
 
-OPEN, COMPLETE, DROPPED, STOPPED, FAILED = "open", "complete", "dropped", "stopped", "failed"
+class CandidateState(str, Enum):
+    """Where a candidate stands in the race (its word in ``search.json``)."""
+
+    #: racing: it gets more seeds
+    OPEN = "open"
+    #: it reached ``seeds.max``
+    COMPLETE = "complete"
+    #: clearly behind the leader: no more seeds
+    DROPPED = "dropped"
+    #: the budget ran out before it was complete
+    STOPPED = "stopped"
+    #: its attachments cannot run, or a run of it failed
+    FAILED = RunState.FAILED.value
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OPEN, COMPLETE, DROPPED, STOPPED, FAILED = (CandidateState.OPEN, CandidateState.COMPLETE,
+                                            CandidateState.DROPPED, CandidateState.STOPPED,
+                                            CandidateState.FAILED)
 #: failed candidates (attachments that cannot run) in a row after which the search stops
 MAX_FAILED_IN_A_ROW = 20
 
@@ -103,7 +126,7 @@ class Candidate:
     name: str
     params: Mapping[str, Any]
     seeds: list[int] = field(default_factory=list)
-    status: str = OPEN
+    status: CandidateState = OPEN
     reason: str = ""
     error: str | None = None
     diffs: dict[int, float] = field(default_factory=dict)
@@ -160,7 +183,7 @@ class _Race:
     def value(self, variant: str, seed: int) -> float | None:
         return self.values.get(variant, {}).get(seed)
 
-    def close(self, c: Candidate, status: str, reason: str) -> None:
+    def close(self, c: Candidate, status: CandidateState, reason: str) -> None:
         c.status, c.reason, c.round = status, reason, self.rounds
         self.proposer.tell(c.index, None if status == FAILED else c.mean)
 

@@ -15,8 +15,8 @@ cluster): the run folders are the only channel between the driver and the jobs.
 """
 
 from .options import LaunchOptions
-from .protocol import End, Job, JobEnd, LaunchContext, Launcher, View
+from .protocol import Ending, Job, JobEnd, LaunchContext, Launcher, View
 from .registry import LAUNCHERS, gpus_for_jobs, make_launcher, require, takers
 
-__all__ = ["LAUNCHERS", "End", "Job", "JobEnd", "LaunchContext", "LaunchOptions", "Launcher",
+__all__ = ["LAUNCHERS", "Ending", "Job", "JobEnd", "LaunchContext", "LaunchOptions", "Launcher",
            "View", "gpus_for_jobs", "make_launcher", "require", "takers"]

@@ -15,7 +15,7 @@ from ..progress import Progress
 from ..runs import RunDir
 from ..train import StopFlag, Stopped
 from .options import LaunchOptions
-from .protocol import End, Job, JobEnd, LaunchContext, View
+from .protocol import Ending, Job, JobEnd, LaunchContext, View
 
 __all__ = ["LocalLauncher"]
 
@@ -45,7 +45,7 @@ class _Bars:
 
     def ended(self, rd: RunDir, status: str, detail: str | None) -> None:
         self.progress.name = f"{rd.variant} seed={rd.seed}"
-        if status == End.BUSY:
+        if status == Ending.BUSY:
             self.progress.message(f"[{self.progress.name}] another process trains it: "
                                   f"waiting for it")
         else:

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import ConfigError, Exit
-from ..outcome import RunResult, Status
+from ..outcome import RunResult
 from ..runs import RunDir, open_no_follow, storage_error
 from . import warm
 from .monitor import Monitor
 from .options import LaunchOptions
-from .protocol import End, Job, JobEnd, LaunchContext, View
+from .protocol import Ending, Job, JobEnd, LaunchContext, View
 
 __all__ = ["ProcessesLauncher"]
 
@@ -65,13 +65,13 @@ class _Process:
             return None
         self._ended()
         result = RunResult.from_exit(code, self.run.status)  # the folder decides first
-        if result.status is Status.FAULT:  # its one line is the log's last, if it took it
-            return JobEnd(End.FAULT, self._last_line())
-        if result.status is not Status.STOPPED:
+        if result.status is Ending.FAULT:  # its one line is the log's last, if it took it
+            return JobEnd(Ending.FAULT, self._last_line())
+        if result.status is not Ending.STOPPED:
             return JobEnd.of(result)
         if code == Exit.MISTAKE:  # a mistake met by the process (its last line says which)
-            return JobEnd(End.LOST, f"its process stopped on a mistake: {self._last_line()}")
-        return JobEnd(End.ENDED)
+            return JobEnd(Ending.LOST, f"its process stopped on a mistake: {self._last_line()}")
+        return JobEnd(Ending.ENDED)
 
     def _last_line(self) -> str:
         try:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import Fault
-from ..outcome import RunResult, Status
+from ..outcome import Ending, RunResult
 from ..runs import RunDir
 from .options import LaunchOptions
 
@@ -22,37 +21,17 @@ if TYPE_CHECKING:
     from ..progress import Progress
     from ..train import Dist
 
-__all__ = ["End", "Job", "JobEnd", "LaunchContext", "Launcher", "View"]
-
-
-class End(str, Enum):
-    """How a job ended, as the driver reads it."""
-
-    #: its run finished (the run folder says so too)
-    FINISHED = "finished"
-    #: its run failed (recorded in the run folder)
-    FAILED = "failed"
-    #: another process trains its run: the driver waits for that one
-    BUSY = "busy"
-    #: the environment failed: the driver stops the ablation
-    FAULT = "fault"
-    #: the job ended without saying more (killed, preempted, stopped): the run folder tells
-    #: whether its run finished; if not, the driver submits it again (``--max-retries``)
-    ENDED = "ended"
-    #: the launcher gave up on the job (Ray's own retries spent): the run is marked failed
-    LOST = "lost"
-
-    def __str__(self) -> str:
-        return self.value
+__all__ = ["Ending", "Job", "JobEnd", "LaunchContext", "Launcher", "View"]
 
 
 @dataclass(frozen=True)
 class JobEnd:
-    """How a job ended: its :class:`End`; ``error`` says why for :attr:`End.LOST` (one line,
+    """How a job ended: its :class:`~plugdrop.ablate.outcome.Ending`; ``error`` says why for
+    :attr:`~plugdrop.ablate.outcome.Ending.LOST` (one line,
     also a failed run's error), ``detail`` goes to ``failed.json``; ``fault`` is the job's
     :class:`Fault` when it could send it."""
 
-    status: End
+    status: Ending
     error: str | None = None
     detail: str = ""
     fault: Fault | None = None
@@ -60,12 +39,11 @@ class JobEnd:
     @classmethod
     def of(cls, result: RunResult) -> JobEnd:
         """The end of a job that returned ``result``; a stopped run's job ended before its run
-        did (:attr:`End.ENDED`)."""
-        if result.status is Status.STOPPED:
-            return cls(End.ENDED)
+        did (:attr:`~plugdrop.ablate.outcome.Ending.ENDED`)."""
+        if result.status is Ending.STOPPED:
+            return cls(Ending.ENDED)
         fault = result.as_fault()
-        return cls(End(result.status.value), result.error if fault is None else str(fault),
-                   fault=fault)
+        return cls(result.status, result.error if fault is None else str(fault), fault=fault)
 
 
 class Job(Protocol):

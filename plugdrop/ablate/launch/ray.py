@@ -19,7 +19,7 @@ from ..outcome import RunResult
 from ..runs import RunDir
 from .monitor import Monitor
 from .options import LaunchOptions
-from .protocol import End, Job, JobEnd, LaunchContext, View
+from .protocol import Ending, Job, JobEnd, LaunchContext, View
 
 __all__ = ["RayLauncher", "check_address"]
 
@@ -66,9 +66,9 @@ class _Task:
         try:
             result = RunResult.from_json(ray.get(self.ref))
         except ray.exceptions.RayError as e:
-            return JobEnd(End.LOST, f"the Ray task failed after {self.retries} retries: "
+            return JobEnd(Ending.LOST, f"the Ray task failed after {self.retries} retries: "
                                     f"{one_line(e, limit=200)}", str(e))
-        return JobEnd(End.ENDED) if result is None else JobEnd.of(result)
+        return JobEnd(Ending.ENDED) if result is None else JobEnd.of(result)
 
     def cancel(self) -> None:
         import ray

@@ -29,12 +29,12 @@ from typing import Any
 import submitit
 
 from ..errors import ConfigError
-from ..outcome import RunResult, Status
+from ..outcome import RunResult
 from ..runs import RunDir, ensure_dir, no_link, storage_error
 from . import warm
 from .monitor import Monitor
 from .options import LaunchOptions
-from .protocol import End, Job, JobEnd, LaunchContext, View
+from .protocol import Ending, Job, JobEnd, LaunchContext, View
 
 __all__ = ["RunJob", "SubmititLauncher", "slurm_answers", "slurm_cluster"]
 
@@ -101,7 +101,7 @@ class RunJob(submitit.helpers.Checkpointable):
 
         result = run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
                          handle_signals=True, config_hash=config_hash)
-        if result.status is not Status.STOPPED:
+        if result.status is not Ending.STOPPED:
             return result.to_json()
         sig = result.signum or signal.SIGTERM
         handler = signal.getsignal(sig)  # submitit's again, now that the run let go
@@ -130,13 +130,13 @@ class _SlurmJob:
         if not self.job.paths.result_pickle.exists() and not self.job.done():
             return None
         if not self._has_result():  # killed, preempted, stopped: the run folder tells
-            return JobEnd(End.ENDED)
+            return JobEnd(Ending.ENDED)
         try:  # the run folder decides; the job's own word counts only for a fault
             fault = RunResult.from_json(self.job.result())
         except Exception:  # noqa: BLE001 - killed, preempted, lost: the folder tells
             fault = None
-        if fault is None or fault.status is not Status.FAULT:
-            return JobEnd(End.ENDED)
+        if fault is None or fault.status is not Ending.FAULT:
+            return JobEnd(Ending.ENDED)
         return JobEnd.of(fault)
 
     def _has_result(self) -> bool:

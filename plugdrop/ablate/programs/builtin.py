@@ -22,7 +22,11 @@ from ..train import Dist, StopFlag, Trainer, agree, dry_run, on_rank0, save_grad
 from ..train.build import locate
 from ..train.cadence import Cadence
 
-__all__ = ["BuiltinProgram", "load_data", "train_run", "workers_for"]
+__all__ = ["BuiltinProgram", "SECTIONS", "load_data", "train_run", "workers_for"]
+
+#: the report's sections a run of plugdrop's trainer supplies (its records: accuracy per epoch,
+#: the calibration bins of the last epoch, the watched drop fractions, Grad-CAM images)
+SECTIONS = ("epochs", "calibration", "drop_fraction", "gradcam")
 
 
 def load_data(cfg: AblationConfig) -> DataSets:
@@ -149,7 +153,8 @@ class BuiltinProgram:
 
     def manifest(self, d: Dist) -> dict[str, Any]:
         data = self._loaded()
-        return {"data": {"name": data.name, "train": len(data.train),  # type: ignore[arg-type]
+        return {"trains": f"{self.cfg.model} on {data.name}", "sections": list(SECTIONS),
+                "data": {"name": data.name, "train": len(data.train),  # type: ignore[arg-type]
                          "val": len(data.val), "classes": list(data.classes),  # type: ignore[arg-type]
                          "world_size": d.world,
                          **({"files": len(data.files),

@@ -35,8 +35,10 @@ from ..train import Dist, StopFlag, Stopped
 from . import contract, process
 from .protocol import RunFailed
 
-__all__ = ["ExternalProgram", "Start"]
+__all__ = ["ExternalProgram", "SECTIONS", "Start"]
 
+#: the report's sections a program's runs supply: the metrics it logged, as it logged them
+SECTIONS = ("logged",)
 #: how many of the last lines of its stderr a failed program's one line quotes
 QUOTED_LINES = 3
 #: at most so many characters of them
@@ -139,7 +141,8 @@ class ExternalProgram:
         contract.check_spec_files(self.cfg)
 
     def manifest(self, d: Dist) -> dict[str, Any]:
-        return {"program": {"argv": self.program.plain(), "cwd": self.cfg.cwd}}
+        return {"trains": self.headline(d)[0], "sections": list(SECTIONS),
+                "program": {"argv": self.program.plain(), "cwd": self.cfg.cwd}}
 
     @property
     def files(self) -> Sequence[str]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import runs
 
 if TYPE_CHECKING:
+    from ..config import AblationConfig
     from ..progress import Progress
     from ..train import Dist, StopFlag
 
@@ -31,6 +32,8 @@ class Program(Protocol):
 
     #: how messages name what trains: ``"plugdrop's trainer"``, ``"the program"``
     name: str
+    #: the config whose runs it trains
+    cfg: AblationConfig
 
     def prepare(self, d: Dist) -> None:
         """In the driver, before any run trains (on every rank under torchrun): check all a
@@ -42,8 +45,10 @@ class Program(Protocol):
         """
 
     def manifest(self, d: Dist) -> dict[str, Any]:
-        """What ``ablation.json`` records of it beside the config (``{"data": ...}`` or
-        ``{"program": ...}``)."""
+        """What ``ablation.json`` records of it beside the config: what trains (``trains``,
+        the report's header), the report's sections its runs supply (``sections``: plugdrop's
+        trainer its accuracy per epoch, calibration, drop fractions, Grad-CAM; a program what
+        it logged), and ``{"data": ...}`` or ``{"program": ...}``."""
 
     @property
     def files(self) -> Sequence[str]:

@@ -2,19 +2,16 @@
 logged it. Every metric gets a learning curve (mean over seeds, a band from the lowest to the
 highest seed, against ``step`` or ``epoch``) and a row of final values per variant (each run's
 last logged value, mean over the finished seeds with a t-interval); ``results.csv`` gets a
-column per metric. What only plugdrop's trainer
-records (accuracy per epoch, calibration bins, the measured drop fraction, Grad-CAM) is left out
-of a program's report, each with a line saying why (:data:`LEFT_OUT`).
+column per metric (the report's ``logged`` section, :mod:`.sections.logged`, shows them).
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import math
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from ..runs import POSITION, logged_names, number
@@ -22,43 +19,58 @@ from .plots import figure, plotted_runs, png
 from ..results import FAILED, FINISHED, Ablation
 from ..decide.stats import Interval, mean_ci
 
-__all__ = ["LEFT_OUT", "MOST_CURVES", "csv_bytes", "final_values", "html_sections",
-           "metrics_of", "plot_curves", "text_lines"]
+__all__ = ["MOST_CURVES", "TEXT_METRICS", "csv_bytes", "final_values", "metrics_of",
+           "plot_curves", "text_lines"]
 
-#: what a program's report leaves out, and why (the plots of plugdrop's trainer)
-LEFT_OUT = (
-    "accuracy per epoch and final accuracy (val_acc.png, final_acc.png): plugdrop's trainer "
-    "records val_acc every epoch; the program's own metrics are drawn instead",
-    "calibration (calibration.png): it needs the confidence bins plugdrop's trainer records "
-    "at the last epoch",
-    "the drop fraction against its schedule (drop_frac.png): it needs the statistics of the "
-    "layers plugdrop's trainer watches",
-    "Grad-CAM: it needs the model, which is the program's")
 #: at most so many metrics get a learning curve (the others are in results.csv and .json)
 MOST_CURVES = 30
+#: the metrics of the printed table's columns (all are in results.json and on the page)
+TEXT_METRICS = 4
 
 
 def metrics_of(ab: Ablation) -> list[str]:
-    """Every metric the runs logged: the decision metric first, then in the order met."""
-    names: dict[str, None] = {ab.config.decide_on.name: None}
-    for r in ab.runs:
-        for name in logged_names(r.metrics):
-            names.setdefault(name, None)
-    logged = {n for r in ab.runs for n in logged_names(r.metrics)}
-    return [n for n in names if n in logged or n == ab.config.decide_on.name]
+    """Every metric the runs logged: the decision metric first, then in the order met
+    (computed once per folder read)."""
+    if "metrics" not in ab.memo:
+        names: dict[str, None] = {ab.config.decide_on.name: None}
+        for r in ab.runs:
+            for name in logged_names(r.metrics):
+                names.setdefault(name, None)
+        ab.memo["metrics"] = list(names)
+    return list(ab.memo["metrics"])
 
 
 def final_values(ab: Ablation, confidence: float = 0.95) -> dict[str, dict[str, Interval]]:
     """Variant -> metric -> the mean of its finished runs' last logged values (finite ones)
-    with a t-interval."""
+    with a t-interval (computed once per folder read and confidence)."""
+    key = f"final_values@{confidence!r}"
+    if key in ab.memo:
+        return ab.memo[key]
+    names = metrics_of(ab)
+    finished: dict[str, list[Any]] = {v: [] for v in ab.variants}
+    for r in ab.runs:
+        if r.status == FINISHED:
+            finished.setdefault(r.variant, []).append(r)
     out: dict[str, dict[str, Interval]] = {}
     for v in ab.variants:
-        fin = [r for r in ab.runs if r.variant == v and r.status == FINISHED]
+        last = [_last_values(r.metrics) for r in finished[v]]
         row: dict[str, Interval] = {}
-        for name in metrics_of(ab):
-            values = [x for r in fin if (x := r.final(name)) is not None and math.isfinite(x)]
+        for name in names:
+            values = [x for got in last if (x := got.get(name)) is not None
+                      and math.isfinite(x)]
             row[name] = mean_ci(values, confidence)
         out[v] = row
+    ab.memo[key] = out
+    return out
+
+
+def _last_values(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Each metric's last number in ``records`` (as :meth:`Run.final` reads it)."""
+    out: dict[str, float] = {}
+    for rec in reversed(records):
+        for k, v in rec.items():
+            if k not in out and (x := number(v)) is not None:
+                out[k] = x
     return out
 
 
@@ -68,21 +80,27 @@ def _cell(iv: Interval, name: str, ab: Ablation) -> str:
     return iv.format(1.0, 4)
 
 
-def text_lines(ab: Ablation, confidence: float = 0.95) -> list[str]:
-    """The final values of every logged metric as a text table (a row per metric, a column
-    per variant)."""
+def text_lines(ab: Ablation, confidence: float = 0.95,
+               variants: Sequence[str] | None = None) -> list[str]:
+    """The final values of the logged metrics as a text table: a row per variant (those of
+    ``variants``, default all), a column per metric (the first :data:`TEXT_METRICS`, the
+    decision metric first; the others are in ``results.json`` and on the page)."""
     values = final_values(ab, confidence)
     names = metrics_of(ab)
     if not names or not any(iv.n for row in values.values() for iv in row.values()):
         return []
-    header = ["metric", *ab.variants]
-    rows = [[name, *(_cell(values[v][name], name, ab) for v in ab.variants)] for name in names]
+    rows_of = list(ab.variants if variants is None else variants)
+    cols = names[:TEXT_METRICS]
+    header = ["variant", *cols]
+    rows = [[v, *(_cell(values[v][n], n, ab) for n in cols)] for v in rows_of if v in values]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     conf = round(100 * confidence)
+    more = len(names) - len(cols)
     return ["", f"Final values of the metrics the program logged (each run's last value; mean "
-                f"over the finished seeds [{conf}% CI]):", fmt(header),
-            fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]
+                f"over the finished seeds [{conf}% CI])"
+                + (f"; {more} more metrics in results.json and report.html" if more > 0 else "")
+                + ":", fmt(header), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]
 
 
 def csv_bytes(ab: Ablation) -> bytes:
@@ -160,36 +178,3 @@ def plot_curves(ab: Ablation) -> bytes | None:
     fig.suptitle("What the program logged (mean over seeds; band: lowest to highest seed)",
                  fontsize=10)
     return png(fig)
-
-
-def html_sections(ab: Ablation, curves: bytes | None, confidence: float = 0.95) -> list[str]:
-    """The page's sections of a program's report: the learning curves (``curves``: the PNG
-    of :func:`plot_curves`), the final values of every logged metric, and what is left out
-    and why."""
-    e = html.escape
-    names = metrics_of(ab)
-    parts = ["<h2>Learning curves</h2>"]
-    if curves is not None:
-        shown = names[:MOST_CURVES]
-        more = len(names) - len(shown)
-        parts.append(f'<img alt="learning curves" src="data:image/png;base64,'
-                     f'{base64.b64encode(curves).decode("ascii")}">')
-        if more > 0:
-            parts.append(f'<p class="note">{more} more metrics are in results.csv and '
-                         f'results.json.</p>')
-    else:
-        parts.append('<p class="note">No curve yet: no run has logged a metric.</p>')
-    values = final_values(ab, confidence)
-    if names:
-        head = "".join(f"<th>{e(v)}</th>" for v in ab.variants)
-        rows = "".join(
-            f"<tr><td>{e(n)}</td>" + "".join(
-                f'<td class="num">{e(_cell(values[v][n], n, ab))}</td>' for v in ab.variants)
-            + "</tr>" for n in names)
-        parts += ["<h2>Final values of the logged metrics</h2>",
-                  f'<p class="note">Each run\'s last logged value; mean over the finished '
-                  f'seeds [{round(100 * confidence)}% CI].</p>',
-                  f"<table><tr><th>metric</th>{head}</tr>{rows}</table>"]
-    parts += ["<h2>Left out</h2>", "<ul class=\"note\">" + "".join(
-        f"<li>{e(line)}.</li>" for line in LEFT_OUT) + "</ul>"]
-    return parts

@@ -82,6 +82,9 @@ class VariantSummary:
     epoch_time: float | None = None
     time_ratio: float | None = None
     time_with_first: bool = False
+    #: what ``epoch_time`` is the median of: ``"epoch"``, or ``"run"`` (runs that record no
+    #: time per epoch: a program's)
+    time_unit: str = "epoch"
     failures: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -174,9 +177,9 @@ def _by_seed(runs: Iterable[Run], pick: str, key: str) -> dict[int, float]:
     return out
 
 
-def _program_time(runs: Sequence[Run]) -> tuple[float | None, bool]:
-    """A program's runs: the median wall time of a finished run's last attempt
-    (``epoch_time`` holds it)."""
+def _run_time(runs: Sequence[Run]) -> tuple[float | None, bool]:
+    """Runs that record no time per epoch (a program's): the median wall time of a finished
+    run's last attempt (``epoch_time`` holds it)."""
     times = [t for r in runs if r.status == FINISHED and r.done is not None
              if (t := number(r.done.get("wall_time"))) is not None and math.isfinite(t)]
     return (statistics.median(times) if times else None), False
@@ -221,7 +224,9 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
     base_metric = _by_seed(base_fin, "final", metric)
     base_acc = _by_seed(base_fin, "final", "val_acc")
     base_final_ema = _by_seed(base_fin, "final", "val_acc_ema")
-    timed = _program_time if ab.config.program is not None else _epoch_time
+    # the runs' records say how long they took: per epoch (plugdrop's trainer), else per run
+    per_epoch = "epochs" in ab.sections
+    timed = _epoch_time if per_epoch else _run_time
     base_time, _ = timed([r for r in base_runs if r.status != FAILED])
     out = []
     for v, runs in by_variant.items():
@@ -258,7 +263,7 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
             seeds_used=replay.seeds_used(v) if replay is not None else None,
             seeds_max=design.plan.max if design is not None else None,
             epoch_time=t, time_ratio=t / base_time if t is not None and base_time else None,
-            time_with_first=with_first,
+            time_with_first=with_first, time_unit="epoch" if per_epoch else "run",
             failures=[(r.id, failure(r)) for r in runs if r.status == FAILED]))
     if replay is None:  # a fixed design: Holm over the variants
         others = [s for s in out if s.diff is not None]

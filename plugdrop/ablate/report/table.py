@@ -4,107 +4,66 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import logged
 from ..results import FAILED, FINISHED, INCOMPLETE, Ablation
-from .notes import legend, notes
+from .cells import format_table, seeds_cell, time_cell
+from .notes import notes
+from .sections import Facts, facts
+from .shown import rest_line
 from .summary import VariantSummary, failure, open_verdict, run_counts, saved_runs
 
-__all__ = ["table"]
+__all__ = ["LISTED", "table"]
+
+#: the failed runs, incomplete runs and warnings a table lists (the rest are counted)
+LISTED = 20
 
 
-def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Fixed-width columns, left-aligned, with a rule under the header."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-            for r in [header, ["-" * w for w in widths], *rows]]
-
-
-def _runs_cell(s: VariantSummary) -> str:
-    cell = f"{s.finished}/{s.runs}"
-    extra = [f"{n} {what}" for n, what in ((s.failed, "failed"), (s.incomplete, "incomplete"))
-             if n]
-    return cell + (f" ({', '.join(extra)})" if extra else "")
-
-
-def _time_cell(s: VariantSummary, baseline: bool) -> str:
-    if s.epoch_time is None:
-        return "-"
-    mark = "*" if s.time_with_first else ""
-    secs = f"{s.epoch_time:.2f}s{mark}"
-    if baseline and s.time_ratio is not None:
-        return f"{s.time_ratio:.2f}x ({secs})"
-    return secs
-
-
-def _seeds_cell(s: VariantSummary) -> str:
-    if s.seeds_max is None:
-        return _runs_cell(s)
-    return _runs_cell(s) + f" of {s.seeds_max}"
-
-
-def _diff_cell(s: VariantSummary) -> tuple[str, str]:
-    """(difference to the baseline with its interval, adjusted p) in display units."""
-    return s.format_versus(), s.format_p()
-
-
-def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
-    """The summary as fixed-width text: one row per variant, a legend that says how the
-    verdicts control their error, the robust summaries, the runs an adaptive design saved,
-    the failed and incomplete runs, and the warnings of :func:`load_ablation`.
+def table(ab: Ablation, summary: Sequence[VariantSummary], f: Facts | None = None) -> str:
+    """The summary as fixed-width text: one row per variant (of many, those
+    :func:`~.shown.pick` chooses, the rest in one line), the columns and lines of the report's
+    sections that apply (:mod:`.sections`: the legend of the verdicts, the robust summaries,
+    what a program logged, ...), the runs an adaptive design saved, the failed and incomplete
+    runs (the first :data:`LISTED` of each), and the warnings of :func:`load_ablation`.
 
     Args:
         ab: from :func:`load_ablation`.
         summary: from :func:`summarize` on ``ab``.
+        f: the sections' facts, when made already (:func:`~.sections.facts`).
     """
+    f = f or facts(ab, summary)
     has_base = ab.baseline is not None and any(s.is_baseline for s in summary)
-    has_ema = any(s.final_ema is not None for s in summary)
-    conf = round(100 * summary[0].final.confidence) if summary else 95
     rule = ab.config.decision
     metric, scale = rule.metric.name, rule.metric.scale
     unit = "pp" if rule.metric.percent else ""
     adaptive = bool(summary) and summary[0].seeds_max is not None
     shown = metric.replace("_", " ") + (" %" if scale == 100.0 else "")
-    program = ab.config.program is not None  # its own metrics: no accuracy columns of ours
-    per = "run" if program else "epoch"
-    header = ["variant", "seeds done" if adaptive else "runs done"] + (
-        [] if program else ["final val acc %", "best val acc %"])
-    if has_ema and not program:
-        header.append("final EMA acc %")
-    if metric != "val_acc" or program:
-        header.append(f"final {shown}")
+    per = summary[0].time_unit if summary else "run"
+    columns = [c for s in f.sections for c in s.columns(f, page=False)]
+    if not any(s.shows_metric == metric for s in f.sections):
+        columns.append((f"final {shown}", lambda s: s.decided.format(scale, s.digits)
+                        if s.decided is not None else "-"))
+    header = ["variant", "seeds done" if adaptive else "runs done", *(h for h, _ in columns)]
     if has_base:
         header += [f"vs {ab.baseline}" + (f" ({unit})" if unit else ""), "p adj.", "verdict"]
     header.append(f"time/{per}" + (" vs baseline" if has_base else ""))
     rows = []
-    for s in summary:
-        row = [s.variant, _seeds_cell(s)] + ([] if program else [s.final.format(),
-                                                                 s.best.format()])
-        if has_ema and not program:
-            row.append(s.final_ema.format() if s.final_ema is not None else "-")
-        if metric != "val_acc" or program:
-            row.append(s.decided.format(scale, s.digits) if s.decided is not None else "-")
+    for s in f.shown:
+        row = [s.variant, seeds_cell(s), *(cell(s) for _, cell in columns)]
         if has_base:
-            row += ["(baseline)", "", ""] if s.is_baseline else [*_diff_cell(s), s.verdict]
-        row.append(_time_cell(s, has_base))
+            row += (["(baseline)", "", ""] if s.is_baseline else
+                    [s.format_versus(), s.format_p(), s.verdict])
+        row.append(time_cell(s, has_base))
         rows.append(row)
     c = run_counts(ab, summary)
     lines = [f"{ab.out}: {sum(c.values())} runs: {c[FINISHED]} finished, {c[FAILED]} failed, "
              f"{c[INCOMPLETE]} incomplete", ""]
-    lines += _format_table(header, rows)
-    lines += ["", f"final {metric}: each run's last logged value, mean over the finished seeds "
-                  f"[{conf}% confidence interval, t-distribution]; one seed has no interval."
-              if program else f"final/best val acc: mean over the finished seeds [{conf}% "
-                              "confidence interval, t-distribution]; one seed has no interval."]
-    if has_base:
-        lines += _legend(ab, summary, unit, adaptive)
-    lines.append(("time/run: median wall time of a finished run (its last attempt)" if program
-                  else "time/epoch: median epoch time, each run's first epoch (warm-up) left "
-                       "out") + ("; relative to the baseline." if has_base else "."))
-    if any(s.time_with_first for s in summary):
-        lines.append("*: the runs have only one epoch so far: the time includes the warm-up.")
-    lines += _robust_lines(summary, shown, scale, has_base)
-    if program:
-        lines += logged.text_lines(ab, conf / 100)
+    lines += format_table(header, rows)
+    if (more := rest_line(f.rest)) is not None:
+        lines.append(more)
+    lines.append("")
+    for section in f.sections:
+        lines += section.note(f)
+    for section in f.sections:
+        lines += section.text(f)
     saved = saved_runs(summary)
     if saved is not None:
         used, fixed = saved
@@ -114,47 +73,31 @@ def table(ab: Ablation, summary: Sequence[VariantSummary]) -> str:
                       f"{summary[0].seeds_max} seeds per variant trains {fixed}: "
                       f"{fixed - used} runs saved."]
         lines += [""] + design_notes if (design_notes := notes(summary)) else []
-    failed = [(r.id, failure(r)) for r in ab.runs if r.status == FAILED]
-    if failed:
-        lines += ["", "Failed runs:"] + [f"  {i}: {e}" for i, e in failed]
-    incomplete = [r for r in ab.runs if r.status == INCOMPLETE and
-                  (not adaptive or r.started)]
-    if incomplete:
-        lines += ["", "Incomplete runs (running, stopped or not started): " + ", ".join(
-            f"{r.id} ({len(r.metrics)} {'records' if program else 'epochs'})" if r.started
-            else f"{r.id} (not started)"
-            for r in incomplete)]
-    if ab.warnings:
-        lines += [""] + [f"warning: {w}" for w in ab.warnings]
+    lines += _runs_lines(ab, adaptive)
     return "\n".join(lines)
 
 
-def _legend(ab: Ablation, summary: Sequence[VariantSummary], unit: str, adaptive: bool
-            ) -> list[str]:
-    if adaptive:  # the procedure that ran: the exact design, or a legacy folder's
-        return legend(summary, ab.baseline, unit)
-    rule = ab.config.decision
-    alpha, metric = rule.alpha, rule.metric.name
-    m = sum(not s.is_baseline for s in summary)
-    what = f"final {metric} minus the baseline's" + (f", in {unit}" if unit else "")
-    return [f"vs {ab.baseline}: {what}, per seed that both finished, mean [{round(100 * summary[0].final.confidence)}% CI].",
-            f"p adj.: paired t-test (scipy.stats.ttest_rel), Holm-adjusted over the {m} "
-            f"variants. verdict: better/worse when p adj. < {alpha:g} (family-wise); with "
-            f"fewer than 3 common seeds: too few seeds to conclude."]
+def _runs_lines(ab: Ablation, adaptive: bool) -> list[str]:
+    """The failed and incomplete runs, and the warnings, each list cut after :data:`LISTED`."""
+    lines: list[str] = []
+    failed = [(r.id, failure(r)) for r in ab.runs if r.status == FAILED]
+    if failed:
+        lines += ["", "Failed runs:"] + [f"  {i}: {e}" for i, e in failed[:LISTED]]
+        lines += _more(len(failed), "failed runs", "results.json")
+    incomplete = [r for r in ab.runs if r.status == INCOMPLETE and
+                  (not adaptive or r.started)]
+    if incomplete:
+        what = "epochs" if "epochs" in ab.sections else "records"
+        lines += ["", "Incomplete runs (running, stopped or not started): " + ", ".join(
+            f"{r.id} ({len(r.metrics)} {what})" if r.started else f"{r.id} (not started)"
+            for r in incomplete[:LISTED])]
+        lines += _more(len(incomplete), "incomplete runs", "results.json")
+    if ab.warnings:
+        lines += [""] + [f"warning: {w}" for w in ab.warnings[:LISTED]]
+        lines += _more(len(ab.warnings), "warnings", "results.json")
+    return lines
 
 
-def _robust_lines(summary: Sequence[VariantSummary], shown: str, scale: float,
-                  has_base: bool) -> list[str]:
-    rows = [[s.variant, s.iqm.format(scale, s.digits) if s.iqm is not None else "-",
-             s.p_improve.format(1.0) if s.p_improve is not None else "-"] for s in summary
-            if s.iqm is not None and s.iqm.n]
-    if not rows:
-        return []
-    header = ["variant", f"IQM of final {shown}"]
-    if has_base:
-        header.append("P(beats baseline)")
-    else:
-        rows = [r[:2] for r in rows]
-    return ["", "Robust summaries (rliable's method: interquartile mean and the probability "
-                "that a seed beats a baseline seed, stratified bootstrap 95% CI):"] + \
-        _format_table(header, rows)
+def _more(n: int, what: str, where: str) -> list[str]:
+    """The line for what a list leaves out after its first :data:`LISTED`."""
+    return [f"  ... and {n - LISTED} more {what} (all in {where})"] if n > LISTED else []

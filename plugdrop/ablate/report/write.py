@@ -13,32 +13,22 @@ Example::
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import AblationConfig
-from ..runs import atomic_write_bytes, serialized, storage_error
-from . import logged
-from .figures import plot_calibration, plot_forest, plot_seeds
-from .html import render
-from .plots import plot_drop_frac, plot_final_acc, plot_val_acc
 from ..results import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablation
-from .summary import VariantSummary, run_counts, summarize
+from ..runs import atomic_write_bytes, serialized, storage_error
+from .html import render
+from .sections import CSV_COLUMNS, Facts, facts
+from .summary import run_counts, summarize
 from .table import table
 
 __all__ = ["CSV_COLUMNS", "Report", "write_report"]
-
-#: The columns of ``results.csv``: one row per run and epoch.
-CSV_COLUMNS = ("variant", "seed", "epoch", "train_loss", "val_loss", "val_acc", "val_loss_ema",
-               "val_acc_ema", "epoch_time", "images_per_s", "lr", "val_nll", "val_top5",
-               "val_ece", "train_acc", "gap")
-
 
 @dataclass
 class Report:
@@ -59,29 +49,6 @@ class Report:
     warnings: list[str] = field(default_factory=list)
 
 
-def _cell(value: Any) -> str:
-    if value is None or isinstance(value, (dict, list)):
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def _csv(ab: Ablation) -> bytes:
-    if ab.config.program is not None:  # the columns are the metrics it logged
-        return logged.csv_bytes(ab)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for r in ab.runs:
-        if r.status == FAILED:
-            continue
-        for m in r.metrics:
-            row = {**m, "variant": r.variant, "seed": r.seed}
-            w.writerow([_cell(row.get(c)) for c in CSV_COLUMNS])
-    return buf.getvalue().encode("utf-8")
-
-
 def _plain(value: Any) -> Any:
     """JSON-safe: NaN and infinities become ``null``, paths strings."""
     if isinstance(value, float):
@@ -95,7 +62,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _json(ab: Ablation, summary: Sequence[VariantSummary]) -> bytes:
+def _json(f: Facts) -> bytes:
+    ab, summary = f.ab, f.summary
     runs = [{"id": r.id, "variant": r.variant, "seed": r.seed, "status": r.status,
              "epochs": len(r.metrics), "error": r.error, "error_type": r.error_type,
              "failed_epoch": r.failed_epoch, "done": r.done,
@@ -106,10 +74,8 @@ def _json(ab: Ablation, summary: Sequence[VariantSummary]) -> bytes:
            "baseline": ab.baseline, "seeds": ab.seeds,
            "counts": run_counts(ab, summary),
            "summary": [s.as_dict() for s in summary], "runs": runs, "warnings": ab.warnings}
-    if ab.config.program is not None:  # every metric it logged, per variant
-        conf = summary[0].final.confidence if summary else 0.95
-        doc["logged"] = {v: {m: iv.as_dict() for m, iv in row.items()}
-                         for v, row in logged.final_values(ab, conf).items()}
+    for section in f.sections:
+        doc.update(section.data(f))
     return (json.dumps(_plain(doc), indent=2, allow_nan=False) + "\n").encode("utf-8")
 
 
@@ -149,22 +115,15 @@ def _write_report(out: Path | str, plots: bool, confidence: float,
                   cfg: AblationConfig | None) -> Report:
     ab = load_ablation(out, cfg)
     summary = summarize(ab, confidence)
+    f = facts(ab, summary, confidence)
+    rows = next((data for s in f.sections if (data := s.csv(f)) is not None), b"")
     outputs: list[tuple[Path, bytes | None]] = [
-        (ab.out / "results.csv", _csv(ab)), (ab.out / "results.json", _json(ab, summary))]
-    if plots and ab.config.program is not None:  # its own metrics (logged.LEFT_OUT: why)
-        outputs += [(ab.out / "curves.png", logged.plot_curves(ab)),
-                    (ab.out / "forest.png", plot_forest(summary, ab.baseline)),
-                    (ab.out / "seeds.png", plot_seeds(summary))]
-    elif plots:
-        outputs += [(ab.out / "val_acc.png", plot_val_acc(ab, confidence)),
-                    (ab.out / "final_acc.png", plot_final_acc(summary)),
-                    (ab.out / "drop_frac.png", plot_drop_frac(ab)),
-                    (ab.out / "forest.png", plot_forest(summary, ab.baseline)),
-                    (ab.out / "seeds.png", plot_seeds(summary)),
-                    (ab.out / "calibration.png", plot_calibration(ab))]
-    text = table(ab, summary)
+        (ab.out / "results.csv", rows), (ab.out / "results.json", _json(f))]
+    if plots:
+        outputs += [(ab.out / name, png) for s in f.sections for name, png in s.plots(f)]
+    text = table(ab, summary, f)
     files = _write(ab, outputs)
-    files += _write(ab, [(ab.out / "report.html", render(ab, summary, text))])
+    files += _write(ab, [(ab.out / "report.html", render(f, text))])
     files += [r.gradcam for r in ab.runs if r.gradcam is not None]
     c = run_counts(ab, summary)
     return Report(text, files, c[FINISHED], c[FAILED], c[INCOMPLETE], list(ab.warnings))

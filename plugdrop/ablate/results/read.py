@@ -95,6 +95,10 @@ class Ablation:
         runs: every run of ``ablation.json``, in its order.
         versions, data: as recorded by the runner.
         warnings: one line per damaged file or record that was skipped.
+        trains: what trained the runs, in words (``resnet18 on digits``, ``program ...``).
+        sections: the report's sections its runs supply (what the program recorded:
+            plugdrop's trainer ``epochs``, ``calibration``, ``drop_fraction``, ``gradcam``; a
+            ``program:`` ``logged``).
     """
 
     out: Path
@@ -107,6 +111,10 @@ class Ablation:
     versions: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    trains: str = ""
+    sections: tuple[str, ...] = ()
+    #: what the report computed of these runs once (its own business; a copy starts empty)
+    memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def count(self, status: str) -> int:
         """How many runs have ``status``."""
@@ -181,7 +189,8 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
                   seeds=[s for s in as_list(doc.get("seeds"))
                          if isinstance(s, int) and not isinstance(s, bool)],
                   runs=[], versions=as_dict(doc.get("versions")), data=as_dict(doc.get("data")),
-                  warnings=[warning] if warning else [])
+                  warnings=[warning] if warning else [], trains=_trains(doc, cfg),
+                  sections=_sections(doc))
     for i, e in enumerate(entries):
         if not (isinstance(e, dict) and isinstance(e.get("id"), str)
                 and _RUN_ID.fullmatch(e["id"]) and e["id"] not in (".", "..")
@@ -194,6 +203,30 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
         if run.variant not in ab.variants:
             ab.variants.append(run.variant)
     return ab
+
+
+#: the sections of a folder that records none (an older plugdrop's): its program's
+_OLD_SECTIONS = {"program": ("logged",), "trainer": ("epochs", "calibration", "drop_fraction",
+                                                     "gradcam")}
+
+
+def _sections(doc: dict[str, Any]) -> tuple[str, ...]:
+    """The report's sections ``ablation.json`` records (an older folder: its program's)."""
+    got = doc.get("sections")
+    if isinstance(got, list) and all(isinstance(x, str) for x in got):
+        return tuple(got)
+    return _OLD_SECTIONS["program" if isinstance(doc.get("program"), dict) else "trainer"]
+
+
+def _trains(doc: dict[str, Any], cfg: AblationConfig) -> str:
+    """What trained the runs, as ``ablation.json`` records it (an older folder: from its
+    config and data)."""
+    got = doc.get("trains")
+    if isinstance(got, str):
+        return got
+    if cfg.program is not None:
+        return f"program {cfg.program} (in {cfg.cwd})"
+    return f"{cfg.model} on {as_dict(doc.get('data')).get('name', '?')}"
 
 
 def as_dict(value: Any) -> dict[str, Any]:

@@ -6,7 +6,8 @@
     OUT/.lock                     held by the running ``plugdrop ablate``  (locks.py)
     OUT/.data-files.gz            the data's image files, compared on resume  (datafiles.py)
     OUT/runs/<variant>__s<seed>/  run.json, metrics.jsonl, checkpoint.pt, checkpoint.prev.pt,
-                                  attempts.jsonl, done.json | failed.json  (folder.py);
+                                  attempts.jsonl, done.json | failed.json  (folder.py;
+                                  how the run stands: state.py);
                                   a program's run: metrics.jsonl as it logs it (records.py),
                                   spec.yaml, logs/, work/ (its own folder)
 
@@ -21,13 +22,14 @@ from .checkpoints import CheckpointRefused, load_checkpoint
 from .datafiles import fingerprint
 from .files import (append_line, atomic_write_bytes, atomic_write_json, check_room, ensure_dir,
                     no_link, now, open_no_follow, storage_error)
-from .folder import FAILED, FINISHED, INCOMPLETE, Recovery, RunDir, run_id
+from .folder import Recovery, RunDir, run_id
 from .locks import Lock, RunLock, claiming, serialized
 from .records import POSITION, finite, last_value, logged_names, number, read_records
+from .state import FAILED, FINISHED, INCOMPLETE, RunState
 
 __all__ = ["CheckpointRefused", "FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "POSITION",
-           "Recovery",
-           "RunDir", "RunLock", "append_line", "atomic_write_bytes", "atomic_write_json",
-           "check_out", "check_room", "claiming", "ensure_dir", "fingerprint", "finite",
-           "last_value", "load_checkpoint", "logged_names", "no_link", "now", "number", "open_no_follow",
-           "prepare", "read_records", "run_id", "serialized", "storage_error"]
+           "Recovery", "RunDir", "RunLock", "RunState", "append_line", "atomic_write_bytes",
+           "atomic_write_json", "check_out", "check_room", "claiming", "ensure_dir",
+           "fingerprint", "finite", "last_value", "load_checkpoint", "logged_names", "no_link",
+           "now", "number", "open_no_follow", "prepare", "read_records", "run_id", "serialized",
+           "storage_error"]

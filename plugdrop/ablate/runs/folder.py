@@ -21,11 +21,10 @@ from ..errors import one_line
 from .checkpoints import CheckpointRefused, load_checkpoint
 from .files import (append_line, atomic_write_bytes, atomic_write_json, now, storage_error,
                     write_checkpoint)
+from .state import FAILED, FINISHED, INCOMPLETE, RunState
 
-__all__ = ["FAILED", "FINISHED", "INCOMPLETE", "Recovery", "RunDir", "run_id"]
+__all__ = ["Recovery", "RunDir", "run_id"]
 
-#: a run's statuses
-FINISHED, FAILED, INCOMPLETE = "finished", "failed", "incomplete"
 
 
 def run_id(variant: str, seed: int) -> str:
@@ -91,7 +90,7 @@ class RunDir:
         return self.path / "attempts.jsonl"
 
     @property
-    def status(self) -> str:
+    def status(self) -> RunState:
         if (self.path / "done.json").exists():
             return FINISHED
         if (self.path / "failed.json").exists():

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ..report.html import STYLE
+from ..report.markup import STYLE
 from .plots import plot_confirmation, plot_history, plot_importance, plot_values
 
 __all__ = ["against", "render", "summary_line"]

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from .. import runs
 from ..errors import Fault
-from ..launch import End, Job, JobEnd, LaunchContext, Launcher, View
+from ..launch import Ending, Job, JobEnd, LaunchContext, Launcher, View
 from ..runs import RunDir, RunLock
 from ..train import Stopped, on_rank0
 from .outcome import Outcome
@@ -100,7 +100,7 @@ class _Dispatch:
                 end = job.poll()
                 if end is None and self.left_behind(job):
                     job.cancel()  # its run is over (a requeued job, say): free its slot
-                    end = JobEnd(End.ENDED)
+                    end = JobEnd(Ending.ENDED)
                 if end is not None:
                     self.active.remove(job)
                     self.ended(job, end)
@@ -130,13 +130,13 @@ class _Dispatch:
         status = self.probe(lambda: rd.status)
         if status != runs.INCOMPLETE:
             self.end(rd, status, end.error)
-        elif end.status is End.FAULT:
-            view.ended(rd, End.FAULT, None)
+        elif end.status is Ending.FAULT:
+            view.ended(rd, Ending.FAULT, None)
             raise end.fault or self.probe(lambda: self.fault(job, end))
-        elif end.status is End.BUSY or self.probe(RunLock(rd).held_elsewhere):
+        elif end.status is Ending.BUSY or self.probe(RunLock(rd).held_elsewhere):
             self.waiting.add(rd)  # another process trains it: wait for that one
-            view.ended(rd, End.BUSY, None)
-        elif end.status is End.LOST:
+            view.ended(rd, Ending.BUSY, None)
+        elif end.status is Ending.LOST:
             self.say(f"run {rd.id}: {end.error}")
             self.give_up(rd, str(end.error), end.detail)
         else:  # the job ended before its run did (killed, preempted, stopped)

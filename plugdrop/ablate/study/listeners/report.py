@@ -5,7 +5,8 @@ end.
 A rebuild reads every run folder, so its cost grows with the runs: rebuilt after every run, it
 would make a study quadratic. While runs end it is rebuilt at most every :attr:`ReportWriter.every`
 seconds, and never more often than it leaves the driver :attr:`ReportWriter.share` of its time
-(a rebuild of 2 s waits 20 s for the next); the plots (seconds of matplotlib) at most once a
+(a rebuild of 2 s waits 40 s for the next), so that the driver's cost per run stays flat however
+many runs the folder holds; the plots (seconds of matplotlib) at most once a
 minute; everything at the end. ``plugdrop report OUT`` rebuilds it any time.
 """
 
@@ -34,7 +35,7 @@ class ReportWriter(Listener):
         plots_every: the least time between two drawings of the plots, in seconds.
     """
 
-    def __init__(self, every: float = 5.0, share: float = 0.1, plots_every: float = 60.0
+    def __init__(self, every: float = 5.0, share: float = 0.05, plots_every: float = 60.0
                  ) -> None:
         self.every, self.share, self.plots_every = every, share, plots_every
         self.next_at = 0.0
