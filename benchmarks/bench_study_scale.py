@@ -9,8 +9,10 @@ For each size and launcher, ``plugdrop ablate`` runs in a process of its own, wa
 outside (its CPU from ``/proc/PID/stat``: the driver's own threads, not the programs it
 starts; the runs ended, from the run folders), so the watching costs the driver nothing:
 
-* the driver's CPU time per run over the first and the last tenth of the runs, and their
-  ratio (flat: 1.0; a driver that re-reads every run per run: growing with the runs);
+* the driver's CPU time per run over the first and the last tenth of the runs (runs 1% to
+  11% and 89% to 99% of the count: the start-up before the first run and the final report
+  after the last are no run's cost), and their ratio (flat: 1.0; a driver that re-reads every
+  run per run: growing with the runs);
 * the driver's CPU per run over the whole ablation, its wall time, its peak resident memory;
 * ``--resume`` of the finished folder (it trains nothing, rebuilds the report): wall seconds;
 * ``plugdrop report`` on the folder: wall seconds; the size of ``report.html``.
@@ -89,7 +91,7 @@ def _env() -> dict[str, str]:
                                                         os.environ.get("PYTHONPATH", "")]))
 
 
-def ablate(home: Path, runs: int, launcher: str, every: float = 1.0) -> dict[str, object]:
+def ablate(home: Path, runs: int, launcher: str, every: float = 0.25) -> dict[str, object]:
     """One ablation, watched: CPU samples ``(runs ended, driver CPU)``, wall, peak memory."""
     cfg = config(home, runs)
     out = home / "out"
@@ -99,13 +101,13 @@ def ablate(home: Path, runs: int, launcher: str, every: float = 1.0) -> dict[str
     t0 = time.monotonic()
     proc = subprocess.Popen(args, cwd=home, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
-    samples: list[tuple[int, float]] = []
+    samples: list[tuple[int, float, float]] = []
     peak = 0.0
     while proc.poll() is None:
         time.sleep(every)
         cpu, mb = _cpu(proc.pid), _peak_mb(proc.pid)
         if cpu is not None:
-            samples.append((_ended(out), cpu))
+            samples.append((_ended(out), cpu, time.monotonic() - t0))
         peak = max(peak, mb or 0.0)
     wall = time.monotonic() - t0
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -115,11 +117,15 @@ def ablate(home: Path, runs: int, launcher: str, every: float = 1.0) -> dict[str
             "cpu": samples[-1][1] if samples else None}
 
 
-def per_run(samples: list[tuple[int, float]], lo: float, hi: float, runs: int) -> float | None:
-    """Driver CPU seconds per run between the runs ``lo * runs`` and ``hi * runs`` ended."""
-    a = next(((n, c) for n, c in samples if n >= lo * runs), None)
-    b = next(((n, c) for n, c in samples if n >= hi * runs), None)
-    if a is None or b is None or b[0] <= a[0]:
+def per_run(samples: list[tuple[int, float, float]], lo: float, hi: float, runs: int,
+            least: float = 3.0) -> float | None:
+    """Driver CPU seconds per run between the runs ``lo * runs`` and ``hi * runs`` ended (from
+    the first run that ended at the earliest: the start-up, imports and checks, is no run's);
+    ``None`` when that took less than ``least`` seconds (too short to measure against the
+    samples' spacing)."""
+    a = next((x for x in samples if x[0] >= max(1.0, lo * runs)), None)
+    b = next((x for x in samples if x[0] >= hi * runs), None)
+    if a is None or b is None or b[0] <= a[0] or b[2] - a[2] < least:
         return None
     return (b[1] - a[1]) / (b[0] - a[0])
 
@@ -137,9 +143,11 @@ def measure(runs: int, launcher: str, root: Path) -> dict[str, object]:
     home = Path(tempfile.mkdtemp(prefix=f"scale-{runs}-{launcher}-", dir=root))
     got = ablate(home, runs, launcher)
     out = Path(str(got["out"]))
-    samples = got.pop("samples")  # type: ignore[assignment]
-    first = per_run(samples, 0.0, 0.1, runs)  # type: ignore[arg-type]
-    last = per_run(samples, 0.9, 1.0, runs)  # type: ignore[arg-type]
+    samples: list[tuple[int, float, float]] = got.pop("samples")  # type: ignore[assignment]
+    # a tenth of the runs at each end, the first run's start-up and the last one's final report
+    # (no run's cost) left out
+    first = per_run(samples, 0.01, 0.11, runs)
+    last = per_run(samples, 0.89, 0.99, runs)
     resume = timed([sys.executable, "-m", "plugdrop", "ablate", str(home / "scale.yaml"),
                     "--out", str(out), "--resume"], home)
     report = timed([sys.executable, "-m", "plugdrop", "report", str(out)], home)
@@ -150,7 +158,7 @@ def measure(runs: int, launcher: str, root: Path) -> dict[str, object]:
             "last_tenth_ms": None if last is None else 1e3 * last,
             "last_over_first": None if not first or last is None else last / first,
             "peak_mb": got["peak_mb"], "resume_s": resume, "report_s": report,
-            "report_html_mb": html / 2 ** 20}
+            "report_html_mb": html / 2 ** 20, "samples": samples}
 
 
 def markdown(rows: list[dict[str, object]]) -> str:
@@ -184,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     for runs in (int(x) for x in args.runs.split(",")):
         for launcher in args.launchers.split(","):
             row = measure(runs, launcher, root)
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "samples"}), flush=True)
             rows.append(row)
     table = markdown(rows)
     print(table)

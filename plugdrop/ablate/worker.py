@@ -6,12 +6,15 @@
     torchrun --standalone --nproc_per_node 4 -m plugdrop.ablate.worker OUT RUN_ID
 
 ``plugdrop ablate`` (any launcher, any shard) writes ``OUT/ablation.json`` and the validated
-config next to it as plain data (``OUT/.config.json``: its YAML text and overrides); a worker
-reads it back through the loader's checks, holds it to the hash its launcher gave it
-(``--config-hash``: a file in ``OUT`` cannot change what runs, a ``program:`` and the folder it
-runs in included), and executes the run (:func:`plugdrop.ablate.execute.execute`: its lock,
-``attempts.jsonl``, the resume from its last checkpoint, or a program started under the run
-contract), writing the run folder exactly as the local launcher does.
+config next to it as plain data (``OUT/.config.json``: its YAML text and overrides). A job its
+launcher hands the config object to (forked warm by ``--launcher processes``, a Ray task, a
+submitit job: :func:`job_main`, :func:`run_job` with ``cfg``) trains on it without reading the
+text again; ``python -m plugdrop.ablate.worker`` reads it back through the loader's checks.
+Either way the config is held to the hash its launcher gave (``--config-hash``: a file in
+``OUT`` cannot change what runs, a ``program:`` and the folder it runs in included), and the run
+is executed (:func:`plugdrop.ablate.execute.execute`: its lock, ``attempts.jsonl``, the resume
+from its last checkpoint, or a program started under the run contract), writing the run folder
+exactly as the local launcher does.
 
 Exit status (:class:`~plugdrop.ablate.errors.Exit`): 0 finished (or finished already), 1
 failed, 2 a mistake (one line), 74 a fault of the environment (a full disk, data that vanished:
@@ -41,7 +44,7 @@ from .programs import program_of
 from .progress import Progress
 from .train import SIGNALS, StopFlag, Stopped, resolve_device, setup_distributed
 
-__all__ = ["find_run", "job_command", "main", "run_job", "run_one", "status_after"]
+__all__ = ["find_run", "job_command", "job_main", "main", "run_job", "run_one", "status_after"]
 
 
 def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
@@ -54,8 +57,20 @@ def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
                       f"{', ...' if len(cfg.runs()) > 6 else ''})")
 
 
+def _config(out: Path, config_hash: str | None, cfg: AblationConfig | None) -> AblationConfig:
+    """The config a job trains under: the one its launcher handed it (held to the hash it
+    gave), else the one stored in ``out``, read back through the loader's checks."""
+    if cfg is None:
+        return load_stored(out, config_hash)
+    if config_hash is not None and cfg.hash() != config_hash:
+        raise ConfigError(f"{out}: the config handed to this job is not the ablation's (hash "
+                          f"{cfg.hash()}, expected {config_hash})")
+    return cfg
+
+
 def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
-            handle_signals: bool = True, config_hash: str | None = None) -> RunResult:
+            handle_signals: bool = True, config_hash: str | None = None,
+            cfg: AblationConfig | None = None) -> RunResult:
     """Train (or resume) one run of the ablation in ``out`` in this process (or, under
     torchrun, in all of its processes).
 
@@ -69,6 +84,8 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
             submitit's own handler, which requeues it).
         config_hash: the hash the stored config must have (the launcher's word, which a
             file in ``out`` cannot change); default: the one ``ablation.json`` records.
+        cfg: the config itself, when the launcher hands it over (a job forked warm, a Ray
+            task, a submitit job): not read back from the folder then.
 
     Returns:
         finished, failed, busy (another process trains it), stopped by a signal
@@ -82,7 +99,7 @@ def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | 
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)
-    cfg = load_stored(out, config_hash)
+    cfg = _config(out, config_hash, cfg)
     rd = find_run(cfg, out, run_id)
     d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
     stop = StopFlag()
@@ -132,12 +149,13 @@ def job_command(out: Path, run_id: str, *, nproc: int, launcher: str,
 
 def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
             threads: int | None = None, handle_signals: bool = True,
-            config_hash: str | None = None) -> RunResult:
-    """What a launcher's job runs: :func:`run_one` here, or under ``torchrun`` with ``nproc``
-    processes when the run is itself data-parallel; returns how the run ended."""
+            config_hash: str | None = None, cfg: AblationConfig | None = None) -> RunResult:
+    """What a launcher's job runs: :func:`run_one` here (on ``cfg`` when the launcher handed
+    it over), or under ``torchrun`` with ``nproc`` processes when the run is itself
+    data-parallel (its fresh processes read the stored config); returns how the run ended."""
     if nproc <= 1:
         return run_one(out, run_id, launcher=launcher, threads=threads,
-                       handle_signals=handle_signals, config_hash=config_hash)
+                       handle_signals=handle_signals, config_hash=config_hash, cfg=cfg)
     proc = subprocess.Popen(job_command(Path(out), run_id, nproc=nproc, launcher=launcher,
                                         threads=threads, config_hash=config_hash))
     got: list[int] = []
@@ -158,18 +176,18 @@ def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    result = status_after(Path(out), run_id, code, config_hash)
+    result = status_after(Path(out), run_id, code, config_hash, cfg)
     if got and result.status is Ending.STOPPED:
         return RunResult.stopped(got[0])
     return result
 
 
-def status_after(out: Path, run_id: str, returncode: int, config_hash: str | None = None
-                 ) -> RunResult:
+def status_after(out: Path, run_id: str, returncode: int, config_hash: str | None = None,
+                 cfg: AblationConfig | None = None) -> RunResult:
     """How a run ended after a worker process exited with ``returncode``: what its folder
     says when it finished or failed, else what the exit status says
     (:meth:`~plugdrop.ablate.outcome.RunResult.from_exit`)."""
-    folder = find_run(load_stored(out, config_hash), out, run_id).status
+    folder = find_run(_config(out, config_hash, cfg), out, run_id).status
     return RunResult.from_exit(returncode, folder)
 
 
@@ -185,10 +203,19 @@ def main(argv: list[str] | None = None) -> int:
                                          "plugdrop ablate gives its jobs; default: the one "
                                          "OUT/ablation.json records)")
     args = p.parse_args(argv)
+    return job_main(Path(args.out), args.run_id, launcher=args.launcher, threads=args.threads,
+                    config_hash=args.config_hash)
+
+
+def job_main(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
+             config_hash: str | None = None, cfg: AblationConfig | None = None) -> int:
+    """A job's process: :func:`run_one` and its exit status (a mistake or a fault: one line
+    on stderr, on rank 0); what ``python -m plugdrop.ablate.worker`` runs, and a job forked
+    warm with its config handed over (``cfg``)."""
     rank = int(os.environ.get("RANK", "0"))
     try:
-        result = run_one(Path(args.out), args.run_id, launcher=args.launcher,
-                         threads=args.threads, config_hash=args.config_hash)
+        result = run_one(out, run_id, launcher=launcher, threads=threads,
+                         config_hash=config_hash, cfg=cfg)
         import torch.distributed as dist
 
         if dist.is_initialized():  # every rank done before the group goes: a rank whose

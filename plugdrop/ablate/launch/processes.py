@@ -115,6 +115,7 @@ class ProcessesLauncher:
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         ctx.progress.close()  # the driver's view of the run folders takes over
         self.out = ctx.out.resolve()
+        self.cfg = ctx.cfg
         self.config_hash = ctx.cfg.hash()
         (self.out / ".processes").mkdir(parents=True, exist_ok=True)
         return Monitor(ctx.out, todo)
@@ -131,8 +132,6 @@ class ProcessesLauncher:
         self.free += gpus
 
     def submit(self, runs: list[RunDir]) -> list[Job]:
-        from ..worker import job_command
-
         o = self.options
         jobs: list[Job] = []
         for rd in runs:
@@ -145,12 +144,29 @@ class ProcessesLauncher:
                                                     | os.O_APPEND), "ab")
             except OSError as e:
                 raise storage_error(e, log, f"the log of run {rd.id}") from None
-            popen = warm.start(
-                job_command(self.out, rd.id, nproc=o.nproc_per_run, launcher=self.name,
-                            threads=o.cpus_per_run, config_hash=self.config_hash),
-                env=env, log=log, log_file=log_file)
+            popen = self._start(rd, env, log, log_file)
             jobs.append(_Process(rd, popen, gpus, log, log_file, self))
         return jobs
+
+    def _start(self, rd: RunDir, env: dict[str, str], log: Path, log_file: IO[bytes]
+               ) -> warm.WarmProcess | subprocess.Popen:
+        """A run's process: forked warm with the round's config handed over (not read back
+        from the folder), or, for a run under torchrun or where the server cannot start one,
+        ``python -m plugdrop.ablate.worker`` reading the stored config."""
+        from ..worker import job_command, job_main
+
+        o = self.options
+        if o.nproc_per_run <= 1 and warm.usable():
+            try:
+                return warm.call(job_main, self.out, rd.id, env=env, stdout=log,
+                                 launcher=self.name, threads=o.cpus_per_run,
+                                 config_hash=self.config_hash, cfg=self.cfg)
+            except (OSError, EOFError) as e:  # no room for its socket, a process limit ...
+                warm.failed(e)
+        return warm.start(job_command(self.out, rd.id, nproc=o.nproc_per_run,
+                                      launcher=self.name, threads=o.cpus_per_run,
+                                      config_hash=self.config_hash),
+                          env=env, log=log, log_file=log_file)
 
     def wait(self, jobs: list[Job], timeout: float) -> None:
         time.sleep(min(timeout, 0.2))

@@ -24,13 +24,14 @@ from .protocol import Ending, Job, JobEnd, LaunchContext, View
 __all__ = ["RayLauncher", "check_address"]
 
 
-def _task(out: str, run_id: str, nproc: int, threads: int, config_hash: str) -> str:
-    """A Ray task: the run, its :class:`~plugdrop.ablate.outcome.RunResult` returned as
-    JSON."""
+def _task(out: str, run_id: str, nproc: int, threads: int, config_hash: str,
+          cfg: Any = None) -> str:
+    """A Ray task: the run (on ``cfg``, the config Ray handed over with the task), its
+    :class:`~plugdrop.ablate.outcome.RunResult` returned as JSON."""
     from ..worker import run_job
 
     return run_job(Path(out), run_id, nproc=nproc, launcher="ray", threads=threads,
-                   config_hash=config_hash).to_json()
+                   config_hash=config_hash, cfg=cfg).to_json()
 
 
 def check_address(address: str, timeout: float = 5.0) -> None:
@@ -104,6 +105,7 @@ class RayLauncher:
         ctx.progress.close()  # the driver's view of the run folders takes over
         o = self.options
         self.out = ctx.out
+        self.cfg = ctx.cfg
         self.config_hash = ctx.cfg.hash()
         self.todo = len(todo)
         self.remote = ray.remote(num_cpus=o.cpus_per_run, num_gpus=o.gpus_per_run,
@@ -116,8 +118,8 @@ class RayLauncher:
     def submit(self, runs: list[RunDir]) -> list[Job]:
         o = self.options
         return [_Task(rd, self.remote.remote(str(self.out.resolve()), rd.id, o.nproc_per_run,
-                                             o.cpus_per_run, self.config_hash), o.max_retries)
-                for rd in runs]
+                                             o.cpus_per_run, self.config_hash, self.cfg),
+                      o.max_retries) for rd in runs]
 
     def wait(self, jobs: list[Job], timeout: float) -> None:
         import ray

@@ -94,13 +94,14 @@ class RunJob(submitit.helpers.Checkpointable):
     """
 
     def __call__(self, out: str, run_id: str, nproc: int = 1, threads: int | None = None,
-                 config_hash: str | None = None) -> str:
-        """Train the run; its :class:`~plugdrop.ablate.outcome.RunResult` as JSON, or no
-        result (exit) when a signal stopped it."""
+                 config_hash: str | None = None, cfg: Any = None) -> str:
+        """Train the run (on ``cfg``, the config submitit handed over with the job); its
+        :class:`~plugdrop.ablate.outcome.RunResult` as JSON, or no result (exit) when a signal
+        stopped it."""
         from ..worker import run_job
 
         result = run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
-                         handle_signals=True, config_hash=config_hash)
+                         handle_signals=True, config_hash=config_hash, cfg=cfg)
         if result.status is not Ending.STOPPED:
             return result.to_json()
         sig = result.signum or signal.SIGTERM
@@ -211,6 +212,7 @@ class SubmititLauncher:
     def start(self, ctx: LaunchContext, todo: list[RunDir]) -> View:
         ctx.progress.close()  # the driver's view of the run folders takes over
         self.out = ctx.out
+        self.cfg = ctx.cfg
         self.config_hash = ctx.cfg.hash()
         self.ex = self.executor(ctx.out)
         self.todo = len(todo)
@@ -225,7 +227,7 @@ class SubmititLauncher:
     def submit(self, runs: list[RunDir]) -> list[Job]:
         o = self.options
         args = [(str(self.out.resolve()), rd.id, o.nproc_per_run, o.cpus_per_run,
-                 self.config_hash) for rd in runs]
+                 self.config_hash, self.cfg) for rd in runs]
         try:  # submitit prints a failed sbatch's stderr itself: our one line says it
             array = len(runs) > 1 and self.cluster == "slurm"  # one array job
             with contextlib.redirect_stderr(io.StringIO()), (

@@ -32,12 +32,12 @@ import signal
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FRESH", "PRELOAD", "WarmProcess", "enabled", "failed", "module_command", "preload",
-           "spawn", "start", "usable"]
+__all__ = ["FRESH", "PRELOAD", "WarmProcess", "call", "enabled", "failed", "module_command",
+           "preload", "spawn", "start", "usable"]
 
 #: what the server imports once: the worker (torch, plugdrop's runner) and the parts of timm
 #: a run builds (its optimizer, scheduler and data factories; timm imports torchvision)
@@ -158,12 +158,11 @@ def _share_the_server() -> None:
         server.ensure_running = resource_tracker.ensure_running
 
 
-def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: str | None,
-         stderr: str | None, new_session: bool = True, unbuffered: bool = False) -> None:
-    """The child: the job's session (unless ``new_session`` is false), environment, directory,
-    module path and output files (appended to; one file when ``stdout == stderr``; None: this
-    process's), then ``python -m MODULE ARGS`` (:func:`runpy.run_module`; ``python -u`` where
-    ``unbuffered``); its ``sys.exit`` status is the process's."""
+def _enter(env: dict[str, str], cwd: str, stdout: str | None, stderr: str | None,
+           new_session: bool, unbuffered: bool) -> None:
+    """(In a job.) Its session (unless ``new_session`` is false), signal handlers, output files
+    (appended to; one file when ``stdout == stderr``; None: this process's), environment,
+    directory and module path, as a fresh ``python`` would have them."""
     if new_session:
         os.setsid()
     _handlers_reset()
@@ -191,6 +190,13 @@ def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: st
     # multiprocessing's start method as in a fresh interpreter (the server's child inherits
     # "forkserver"): a DataLoader's workers fork from the job, they do not start a server
     multiprocessing.set_start_method(None, force=True)
+
+
+def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: str | None,
+         stderr: str | None, new_session: bool = True, unbuffered: bool = False) -> None:
+    """The child: :func:`_enter`, then ``python -m MODULE ARGS`` (:func:`runpy.run_module`;
+    ``python -u`` where ``unbuffered``); its ``sys.exit`` status is the process's."""
+    _enter(env, cwd, stdout, stderr, new_session, unbuffered)
     sys.argv = [module, *args]
     spec = importlib.util.find_spec(module)
     package = spec is not None and spec.submodule_search_locations is not None
@@ -201,6 +207,19 @@ def _job(module: str, args: list[str], env: dict[str, str], cwd: str, stdout: st
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def _call(target: Callable[..., int], args: tuple[Any, ...], kwargs: dict[str, Any],
+          env: dict[str, str], cwd: str, stdout: str | None) -> None:
+    """The child of :func:`call`: :func:`_enter`, then ``target(*args, **kwargs)``, whose
+    return value is the process's exit status."""
+    _enter(env, cwd, stdout, stdout, True, True)
+    try:
+        code = target(*args, **kwargs)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    sys.exit(code)
 
 
 def spawn(module: str, args: list[str], *, env: dict[str, str], stdout: Path | None,
@@ -218,6 +237,22 @@ def spawn(module: str, args: list[str], *, env: dict[str, str], stdout: Path | N
         target=_job, args=(module, list(args), dict(env), str(cwd or os.getcwd()), out,
                            str(stderr) if stderr is not None else out),
         kwargs={"new_session": new_session, "unbuffered": unbuffered}, daemon=False)
+    with _main_left_out():
+        process.start()
+    return WarmProcess(process)
+
+
+def call(target: Callable[..., int], *args: Any, env: dict[str, str], stdout: Path,
+         **kwargs: Any) -> WarmProcess:
+    """``target(*args, **kwargs)`` in a job forked from the warm server, as a fresh interpreter
+    would run it (:func:`_enter`: a session of its own, ``env``, this process's working
+    directory, unbuffered output appended to ``stdout``); its return value is the job's exit
+    status. What the job needs travels as ``target``'s arguments (the server receives them
+    from this process, as :mod:`multiprocessing` sends any job's): a config object, say,
+    instead of its text read back from a file."""
+    process = _server().Process(
+        target=_call, args=(target, args, kwargs, dict(env), os.getcwd(), str(stdout)),
+        daemon=False)
     with _main_left_out():
         process.start()
     return WarmProcess(process)

@@ -182,3 +182,57 @@ def test_no_true_effect_end_to_end_rarely_confirms(tmp_path, monkeypatch):
                            salt=f"w{seed}-")
         verdicts.append(step.confirmation.verdict)
     assert verdicts.count("better") <= 4, verdicts
+
+
+def test_the_race_advanced_as_runs_end_is_the_race_replayed_from_the_start(tmp_path):
+    """The search strategy keeps its race and advances it as runs end; at every point it
+    stands where a replay from the start over the same values stands (the same runs asked
+    for, the same candidates, best and confirmation), so keeping it costs nothing in what the
+    search decides."""
+    from _search_helpers import score
+
+    from plugdrop.ablate.config.locations import plain
+    from plugdrop.ablate.decide.race import Race, replay
+    from plugdrop.ablate.search import Proposals
+
+    sc = loads_search(config(budget=40, seed=3), "search.yaml")
+    setup = setup_of(sc)
+    live = Race(setup, Proposals(tmp_path / "live.journal", sc.spec))
+    again = Proposals(tmp_path / "replayed.journal", sc.spec)
+    values: dict[str, dict[int, float]] = {}
+    steps = 0
+    while True:
+        step = live.advance()
+        replayed = replay(setup, values, again)
+        assert (step.phase, step.needed, step.rounds) == (replayed.phase, replayed.needed,
+                                                          replayed.rounds)
+        assert _result(step) == _result(replayed)
+        if not step.needed:
+            break
+        for v, s in step.needed[: max(1, len(step.needed) // 2)]:  # runs end in between
+            spec = [] if v == "baseline" else plain(
+                sc.spec.attachments(live.race.cands[int(v[1:])].params))
+            values.setdefault(v, {})[s] = x = score(spec, s)
+            live.record(v, s, x)
+        steps += 1
+    assert step.phase == "done" and step.best is not None and steps > 5
+
+
+def test_a_candidate_that_cannot_run_is_failed_in_the_journal(tmp_path):
+    """A candidate whose attachments fail their check is failed in Optuna's study with its
+    reason, through the storage (Optuna 5's ``Study`` has no call for it), and read back so
+    by a resumed search."""
+    from plugdrop.ablate.search import Proposals
+
+    sc = loads_search(config(budget=40), "search.yaml")
+    journal = tmp_path / "study.journal"
+    first = Proposals(journal, sc.spec)
+    first.propose(0)
+    first.fail(0, "layers: 'layer9.*' matched no module")
+    first.fail(0, "again")  # told once
+    resumed = Proposals(journal, sc.spec)
+    p = resumed.propose(0)
+    assert p.error == "layers: 'layer9.*' matched no module"
+    trial = resumed.study.get_trials(deepcopy=False)[p.number]
+    assert trial.state == resumed.optuna.trial.TrialState.FAIL
+    assert resumed.propose(1).error is None  # the search goes on
