@@ -335,3 +335,24 @@ def test_a_program_dies_with_the_driver_either_way(tmp_path, monkeypatch, setpri
         assert (tmp_path / "out.log").read_text().strip() == "9"  # SIGKILL
     finally:
         process._setpriv.cache_clear()
+
+
+def test_an_ended_run_is_read_again_only_when_its_files_change(tmp_path):
+    """The driver and the report read an ended run once and remember it; a file of it that
+    changes afterwards (a program's child that logs after the run ended) is read again."""
+    from plugdrop.ablate.results import load_run
+
+    rd = runs.RunDir(tmp_path, "good", 3)
+    rd.path.mkdir(parents=True)
+    (rd.path / "run.json").write_text(json.dumps({"variant": "good", "seed": 3}))
+    (rd.path / "metrics.jsonl").write_text('{"step": 1, "score": 0.5}\n')
+    (rd.path / "done.json").write_text("{}")
+    first = load_run(tmp_path, "good", 3, None, True, [])
+    assert first.status == runs.FINISHED and first.final("score") == 0.5
+    again = load_run(tmp_path, "good", 3, None, True, [])
+    assert again is not first and again.final("score") == 0.5
+    with open(rd.path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "score": 0.75}\n')
+    assert load_run(tmp_path, "good", 3, None, True, []).final("score") == 0.75
+    (rd.path / "done.json").unlink()
+    assert load_run(tmp_path, "good", 3, None, True, []).status == runs.INCOMPLETE

@@ -6,6 +6,7 @@ sample resampled on its own: stratified by variant), seeded so that a report is 
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,8 +95,18 @@ def robust(values: Sequence[float], baseline: Sequence[float] | None = None,
            higher_is_better: bool = True) -> tuple[Robust, Robust | None]:
     """The IQM of ``values`` with its bootstrap interval, and (given the baseline's values)
     the probability that a seed of this variant beats one of the baseline (in the metric's
-    direction) with its bootstrap interval."""
-    x = np.asarray(list(values), dtype=np.float64)
+    direction) with its bootstrap interval. The same values give the same answer, computed
+    once (a report rebuilt while a study runs bootstraps only the variants whose runs
+    changed)."""
+    return _robust(tuple(float(v) for v in values),
+                   None if baseline is None else tuple(float(v) for v in baseline),
+                   higher_is_better)
+
+
+@functools.lru_cache(maxsize=4096)
+def _robust(values: tuple[float, ...], baseline: tuple[float, ...] | None,
+            higher_is_better: bool) -> tuple[Robust, Robust | None]:
+    x = np.asarray(values, dtype=np.float64)
     if len(x) == 0:
         return Robust(float("nan"), None, None, 0), None
     low, high = _interval((x,), iqm)

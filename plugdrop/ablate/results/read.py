@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -265,15 +266,46 @@ def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
+#: the files of a run folder that :func:`load_run` reads or looks at
+_READ = ("run.json", "metrics.jsonl", "done.json", "failed.json", "gradcam.png")
+#: runs read before that had ended, by folder: the identity of their files when read (size
+#: and modification time of each) and what was read; an ended run whose files still have that
+#: identity is not read again (a report rebuilt while a study runs reads only what changed)
+_ENDED: dict[str, tuple[Any, Run]] = {}
+#: at most so many ended runs are remembered (a process that reports many folders)
+_ENDED_MOST = 200_000
+
+
+def _identity(folder: Path) -> Any:
+    """The size and modification time of each file :func:`load_run` reads in ``folder``."""
+    try:
+        with os.scandir(folder) as entries:
+            found = [(e.name, e.stat()) for e in entries if e.name in _READ]
+    except OSError:
+        return None
+    return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in found))
+
+
 def load_run(out: Path, variant: str, seed: int, config_hash: str | None, program: bool,
              warnings: list[str], run_id: str | None = None) -> Run:
     """Run ``variant`` x ``seed`` of the folder ``out`` as its folder holds it now
     (``program``: a ``program:``'s run, its metrics as it logged them; ``config_hash``: the
     ablation's, a run of another counts as incomplete); a line per damaged file is appended to
-    ``warnings``. See :func:`load_ablation`."""
+    ``warnings``. A run that had ended when read before, and whose files have not changed
+    since, is not read again. See :func:`load_ablation`."""
     rid = run_id if run_id is not None else _run_id(variant, seed)
-    run = Run(id=rid, variant=variant, seed=seed, path=out / "runs" / rid)
+    path = out / "runs" / rid
+    identity = (_identity(path), config_hash, program, variant, seed)
+    hit = _ENDED.get(str(path))
+    if hit is not None and hit[0] == identity:
+        return replace(hit[1])
+    run = Run(id=rid, variant=variant, seed=seed, path=path)
+    said = len(warnings)
     _fill(run, config_hash, warnings, program)
+    if run.status != INCOMPLETE and len(warnings) == said and identity[0] is not None:
+        if len(_ENDED) >= _ENDED_MOST:
+            _ENDED.clear()
+        _ENDED[str(path)] = (identity, replace(run))
     return run
 
 

@@ -112,8 +112,7 @@ def _run(strategy: Strategy, launcher: Launcher, options: LaunchOptions,
     bus = Listeners(strategy.listeners() if listeners is None else listeners)
     info = StudyInfo(command, strategy.out, strategy.runs_in, strategy.cfg, d, strategy,
                      launcher.name, program, shard)
-    ctx = Context(d, program, lambda: on_rank0(d, lambda: _ended_before(strategy)),
-                  lambda text: _say(command, text))
+    ctx = Context(d, program, lambda: on_rank0(d, lambda: _ended_before(strategy)))
     strategy.open(ctx)
     outcome = Outcome()
     bus.on_study_start(info)

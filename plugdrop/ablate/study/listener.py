@@ -13,7 +13,7 @@ to report, never a lost run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,6 @@ class StudyInfo:
     shard: tuple[int, int] | None = None
     #: the rounds started so far in this invocation
     rounds: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def main(self) -> bool:

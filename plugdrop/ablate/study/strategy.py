@@ -50,13 +50,12 @@ class Claim:
 @dataclass
 class Context:
     """What a strategy may use: this process's place under torchrun, the program that trains
-    the runs (prepared; plugdrop's trainer holds the data it loaded), where messages go, and
+    the runs (prepared; plugdrop's trainer holds the data it loaded), and
     :meth:`ended_before`, the runs that ended before this invocation."""
 
     d: Dist
     program: Program
     read: Callable[[], list[Run]]
-    say: Callable[[str], None] = print
     _ended: list[Run] | None = field(default=None, repr=False)
 
     def ended_before(self) -> list[Run]:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...results import Ablation
+from ..markup import e, img
 from ..summary import VariantSummary
 
-__all__ = ["Column", "Facts", "Section"]
+__all__ = ["Column", "Facts", "OnePlot", "Section"]
 
 #: a column of the tables: its header and its cell of a variant
 Column = tuple[str, Callable[[VariantSummary], str]]
@@ -91,3 +92,26 @@ class Section:
     def left_out(self) -> str | None:
         """What a report without this section leaves out, and why (said on the page)."""
         return None
+
+
+class OnePlot(Section):
+    """A section that is one plot: drawn into :attr:`file` by :meth:`draw`, shown on the page
+    under :attr:`heading`."""
+
+    #: the PNG's file name in the folder
+    file: ClassVar[str]
+    #: its heading on the page
+    heading: ClassVar[str]
+
+    def draw(self, f: Facts) -> bytes | None:
+        """The PNG (``None``: nothing to draw)."""
+        raise NotImplementedError
+
+    def plots(self, f: Facts) -> list[tuple[str, bytes | None]]:
+        return [(self.file, self.draw(f))]
+
+    def html(self, f: Facts) -> list[str]:
+        path = f.out / self.file
+        if not path.is_file():
+            return []
+        return [f"<h2>{e(self.heading)}</h2>", img(path.read_bytes(), self.heading)]
