@@ -12,16 +12,18 @@ An attachment is a mapping: ``layers`` (a selector), ``transform`` (a class name
 ``warmup`` too, and ``times:`` to multiply two), and optionally ``exclude``, ``where``,
 ``element`` as :func:`plugdrop.attach` takes them.
 
-The YAML reader (:func:`read_yaml`, :class:`LocDict`, :class:`LocList`) is public so that tools
-reading larger files (the ablation runner) give the same ``file:line:column`` messages.
+The YAML reader (:func:`read_text`, :func:`read_yaml`, :class:`LocDict`, :class:`LocList`) is
+public so that tools reading larger files (the ablation runner) give the same
+``file:line:column`` messages and read files in the same encodings.
 """
 
 from ._values import build_value, check_schedule, schedule_names, transform_names
-from ._yaml import Loc, LocDict, LocList, loc_of, plain, read_yaml, suggest
+from ._yaml import Loc, LocDict, LocList, loc_of, plain, read_text, read_yaml, suggest
 from .attachment import ATTACH_KEYS, AttachmentSpec, check_together, parse_attachment
 from .group import AttachmentGroup, SpecLike, attach_all, parse_spec
 
 __all__ = ["ATTACH_KEYS", "AttachmentGroup", "AttachmentSpec", "Loc", "LocDict", "LocList",
            "SpecLike", "attach_all", "build_value", "check_schedule", "check_together",
-           "loc_of", "parse_attachment", "parse_spec", "plain", "read_yaml", "schedule_names",
+           "loc_of", "parse_attachment", "parse_spec", "plain", "read_text", "read_yaml",
+           "schedule_names",
            "suggest", "transform_names"]

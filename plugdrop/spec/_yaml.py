@@ -11,13 +11,21 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import SpecError
 
-__all__ = ["Loc", "LocDict", "LocList", "fail", "loc_of", "plain", "read_yaml", "suggest"]
+__all__ = ["Loc", "LocDict", "LocList", "MOST_BYTES", "fail", "loc_of", "plain", "read_text",
+           "read_yaml", "suggest"]
+
+#: the largest YAML file plugdrop reads (a config of ten thousand variants is a few MB)
+MOST_BYTES = 64 << 20
+#: byte-order marks of the encodings a YAML file may have been saved in by mistake
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,40 @@ def suggest(name: Any, options: Iterable[Any]) -> str:
     """`` (did you mean 'x'?)`` for the option closest to ``name``, or ``""``."""
     close = difflib.get_close_matches(str(name), [str(o) for o in options], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def read_text(path: Path, what: str = "the file") -> str:
+    """The text of a YAML file: UTF-8, with or without a byte-order mark.
+
+    Raises:
+        SpecError: one line naming the file and the fix: it cannot be read, it is a folder,
+            it is larger than :data:`MOST_BYTES`, it was saved as UTF-16 or UTF-32, it holds a
+            byte that is not UTF-8 (its offset named: a Latin-1 ``é``, say) or a NUL byte
+            (not a text file).
+    """
+    try:
+        if path.is_dir():
+            raise SpecError(f"{path}: is a folder; give the YAML file of {what}")
+        if path.stat().st_size > MOST_BYTES:
+            raise SpecError(f"{path}: {path.stat().st_size} bytes is no YAML file of {what} "
+                            f"(at most {MOST_BYTES >> 20} MB); give the right file")
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            raise SpecError(f"{path}: saved as {name}; save it as UTF-8 (your editor's "
+                            f"'Save with encoding', or: iconv -f {name} -t UTF-8)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        byte = data[e.start:e.start + 1].hex()
+        raise SpecError(f"{path}: byte 0x{byte} at offset {e.start} is not UTF-8 (a file "
+                        f"saved as Latin-1 or another encoding?); save it as UTF-8") from None
+    if "\x00" in text:
+        raise SpecError(f"{path}: holds a NUL byte at offset {data.index(0)}: not a text "
+                        f"file; give the YAML file of {what}")
+    return text
 
 
 def read_yaml(text: str, file: str, label: str | None = None) -> Any:

@@ -13,7 +13,7 @@ import torch.nn as nn
 from .._attach import Handle, Summary, mixed_loss, residual_branches, summary
 from ..errors import SettingError, SpecError, one_line
 from .attachment import AttachmentSpec, check_together, parse_attachment
-from ._yaml import Loc, LocDict, LocList, fail, read_yaml
+from ._yaml import Loc, LocDict, LocList, fail, read_text, read_yaml
 
 __all__ = ["AttachmentGroup", "SpecLike", "attach_all", "parse_spec"]
 
@@ -31,16 +31,10 @@ def _read(spec: str | Path, source: str | None) -> tuple[Any, str]:
         name = source or "<spec>"
         return read_yaml(str(spec), name), name
     path = Path(spec)
-    if path.is_dir():
-        raise SpecError(f"{path}: is a folder; give the YAML file of the attachments")
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise SpecError(f"{path}: no such file; give the path of a YAML file of attachments, "
-                        f"or the YAML text itself") from None
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-        raise SpecError(f"{path}: cannot read the attachments ({why})") from None
+                        f"or the YAML text itself")
+    text = read_text(path, "the attachments")
     return read_yaml(text, source or str(path)), source or str(path)
 
 

@@ -356,3 +356,39 @@ def test_an_ended_run_is_read_again_only_when_its_files_change(tmp_path):
     assert load_run(tmp_path, "good", 3, None, True, []).final("score") == 0.75
     (rd.path / "done.json").unlink()
     assert load_run(tmp_path, "good", 3, None, True, []).status == runs.INCOMPLETE
+
+
+# ----------------------------------------------------------- configs in other encodings
+
+@pytest.mark.parametrize("make,says", [
+    (lambda t: b"# caf\xe9\n" + t.encode(), "byte 0xe9 at offset 5 is not UTF-8 (a file saved "
+                                            "as Latin-1 or another encoding?)"),
+    (lambda t: t.encode("utf-16"), "saved as UTF-16; save it as UTF-8"),
+    (lambda t: b"\x7fELF\x02\x01\x00\x00" + t.encode(), "holds a NUL byte at offset 6"),
+])
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path, monkeypatch, capsys, make, says):
+    folder(tmp_path, monkeypatch, "")
+    (tmp_path / "cfg.yaml").write_bytes(make(config(fake(), variants=GOOD)))
+    for command in (["ablate", "cfg.yaml"], ["search", "cfg.yaml", "--out", "s"]):
+        if command[0] == "search":
+            pytest.importorskip("optuna", reason="plugdrop search needs Optuna")
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and "cfg.yaml" in err, err
+
+
+def test_a_config_with_a_byte_order_mark_reads_as_without(tmp_path, monkeypatch):
+    folder(tmp_path, monkeypatch, "")
+    text = config(fake(), variants=GOOD)
+    (tmp_path / "cfg.yaml").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (tmp_path / "plain.yaml").write_text(text)
+    assert load(tmp_path / "cfg.yaml").hash() == load(tmp_path / "plain.yaml").hash()
+
+
+def test_a_search_block_given_to_ablate_names_plugdrop_search(tmp_path, monkeypatch, capsys):
+    folder(tmp_path, monkeypatch, config(fake(), variants=GOOD)
+           + "search:\n  budget: 12\n  space: []\n")
+    assert ablate() == 2
+    err = capsys.readouterr().err
+    assert "search: is the block of plugdrop search: run plugdrop search CONFIG" in err
+    assert err.count("\n") == 1

@@ -13,7 +13,7 @@ settings reference (:mod:`.reference`).
 
 from .attachments import Attachment
 from .metrics import AUTO, METRICS, PASSING, DecisionRule, Metric
-from .loader import load, loads, parse
+from .loader import load, loads, parse, read_config
 from .overrides import Override, flag, parse_overrides
 from .program import PLACEHOLDERS, ProgramSpec
 from .reference import BEGIN_MARK, END_MARK, flag_name, reference
@@ -31,6 +31,7 @@ __all__ = ["AUTO", "AblationConfig", "Attachment", "BEGIN_MARK", "CONFIG_FILE", 
            "Interval", "METRICS", "Metric", "Override", "PASSING", "PLACEHOLDERS", "ProgramSpec", "SeedPlan", "Setting",
            "Spending", "VARIANT_NAME", "Variant", "as_recorded", "batch_per_process",
            "build_value", "check_classes", "check_gpus", "check_shard", "flag",
-           "flag_name", "gpus_left_idle", "legacy_design", "load", "load_settings", "load_stored", "loads", "parse", "parse_overrides", "reference",
+           "flag_name", "gpus_left_idle", "legacy_design", "load", "load_settings", "load_stored",
+           "loads", "parse", "parse_overrides", "read_config", "reference",
            "restore", "save_config", "schedule_names", "settings", "stored", "transform_names",
            "unhashed"]

@@ -15,15 +15,17 @@ from typing import Any
 
 import yaml
 
+import plugdrop as pd
+
 from ..errors import ConfigError
 from .checks import Value
-from .locations import Loc, LocDict, fail, plain, suggest, yaml_text
+from .locations import Loc, LocDict, config_errors, fail, plain, suggest, yaml_text
 from .overrides import Override, apply, stored_override
 from .schema import AblationConfig, settings
 from .together import check_together
 from .variants import parse_variants
 
-__all__ = ["load", "loads", "parse"]
+__all__ = ["load", "loads", "parse", "read_config"]
 
 
 def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = (),
@@ -53,6 +55,10 @@ def parse(raw: Any, source: str = "<config>", overrides: Sequence[Override] = ()
     locs: dict[str, str] = {}
     for key, value in raw.items():
         kloc = raw.at(key)
+        if key == "search":
+            raise fail(kloc, "search: is the block of plugdrop search: run plugdrop search "
+                             "CONFIG --out OUT (plugdrop ablate trains the variants of a config "
+                             "without one)")
         if key not in table:
             raise fail(kloc, f"unknown setting {key!r}{suggest(key, known)}; known: "
                              f"{', '.join(known)}")
@@ -97,12 +103,20 @@ def loads(text: str, source: str = "<config>", overrides: Sequence[Override] = (
 
 def load(path: str | Path, overrides: Sequence[Override] = ()) -> AblationConfig:
     """Read and validate a YAML ablation config, applying command-line ``overrides``."""
+    return loads(read_config(path), str(path), overrides)
+
+
+def read_config(path: str | Path) -> str:
+    """The text of the YAML config at ``path``: UTF-8, with or without a byte-order mark
+    (:func:`plugdrop.spec.read_text`); one line otherwise.
+
+    Raises:
+        ConfigError: a folder, a file that cannot be read, too large, or not UTF-8 (the
+            offset of its first other byte named).
+    """
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder; give the YAML config file "
                           f"(e.g. examples/digits.yaml)")
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the config ({e.strerror})") from None
-    return loads(text, str(path), overrides)
+    with config_errors():
+        return pd.spec.read_text(path, "the config")

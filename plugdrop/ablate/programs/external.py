@@ -260,7 +260,8 @@ class ExternalProgram:
             raise fail(f"the program ran longer than run_timeout {cfg.run_timeout} and was "
                        f"ended (SIGTERM, then SIGKILL after {process.GRACE_S:g}s)")
         if ending.killed_by is not None:
-            hint = (" (the kernel's out-of-memory killer sends it)"
+            hint = (" (sent by the kernel's out-of-memory killer, `kill -9` or a scheduler "
+                    "ending the job: dmesg says whether it was out of memory)"
                     if ending.killed_by == 9 else "")
             raise fail(f"the program was killed by {process.signal_name(ending.killed_by)}"
                        f"{hint}{quoted if stderr else ''}")

@@ -171,11 +171,4 @@ def _check_sampler(spec: SearchSpec) -> None:
 
 def load_search(path: str | Path) -> SearchConfig:
     """Read and check the search config at ``path``."""
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a folder; give the YAML config file")
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the config ({e.strerror})") from None
-    return loads_search(text, str(path))
+    return loads_search(config.read_config(path), str(path))
