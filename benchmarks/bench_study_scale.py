@@ -99,8 +99,8 @@ def ablate(home: Path, runs: int, launcher: str, every: float = 0.25) -> dict[st
     if launcher != "local":
         args += ["--launcher", launcher, "--cpus-per-run", "1"]
     t0 = time.monotonic()
-    proc = subprocess.Popen(args, cwd=home, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    log = open(home / "stderr.log", "wb")  # a pipe nobody reads would fill and block it
+    proc = subprocess.Popen(args, cwd=home, env=_env(), stdout=subprocess.DEVNULL, stderr=log)
     samples: list[tuple[int, float, float]] = []
     peak = 0.0
     while proc.poll() is None:
@@ -110,8 +110,9 @@ def ablate(home: Path, runs: int, launcher: str, every: float = 0.25) -> dict[st
             samples.append((_ended(out), cpu, time.monotonic() - t0))
         peak = max(peak, mb or 0.0)
     wall = time.monotonic() - t0
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    log.close()
     if proc.returncode not in (0, 1):
+        err = (home / "stderr.log").read_text(errors="replace")
         raise SystemExit(f"plugdrop ablate exited {proc.returncode}: {err[-2000:]}")
     return {"samples": samples, "wall": wall, "peak_mb": peak, "out": str(out),
             "cpu": samples[-1][1] if samples else None}
@@ -133,7 +134,7 @@ def per_run(samples: list[tuple[int, float, float]], lo: float, hi: float, runs:
 def timed(args: list[str], cwd: Path) -> float:
     t0 = time.monotonic()
     done = subprocess.run(args, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)
+                          stderr=subprocess.PIPE)  # read whole by run(): never blocks
     if done.returncode not in (0, 1):
         raise SystemExit(f"{args}: exited {done.returncode}: {done.stderr[-2000:]!r}")
     return time.monotonic() - t0

@@ -3,9 +3,10 @@
 A run is *done* or *failed* (the driver says so as each ends: its folder decided), *running*
 (its job is out and holds the run's lock, ``runs/<id>/.lock``: it started training) or
 *queued*. On a terminal the view is one tqdm bar (runs done, with the counts and an ETA);
-otherwise a line whenever a count changes. Its cost per turn of the driver's loop does not
-grow with the runs of the study: only the runs with a job out are looked at, at most
-:data:`LOOK_S` apart.
+otherwise a line when a count changed, at most every :data:`LINE_S` seconds (a log of a
+study of 10,000 runs stays readable), and the counts at the end. Its cost per turn of the
+driver's loop does not grow with the runs of the study: only the runs with a job out are
+looked at, at most :data:`LOOK_S` apart.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any
 
 from ..runs import FAILED, FINISHED, RunDir, RunLock
 
-__all__ = ["Counts", "LOOK_S", "Monitor"]
+__all__ = ["Counts", "LINE_S", "LOOK_S", "Monitor"]
 
 #: seconds between two looks at which runs with a job out have started training
 LOOK_S = 1.0
+#: seconds between two lines of counts (without a terminal)
+LINE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class Monitor:
         self.done = self.failed = self.running = 0
         self.ended_ids: set[str] = set()
         self.looked = 0.0
+        self.said: Counts | None = None
+        self.said_at = -LINE_S
         if self.tty:
             from tqdm.auto import tqdm
 
@@ -99,8 +104,9 @@ class Monitor:
             if self.bar is not None:
                 self.bar.n = c.done + c.failed
                 self.bar.set_postfix_str(line, refresh=True)
-            elif c != self.last:
+            elif c != self.said and (final or now - self.said_at >= LINE_S):
                 print(f"runs: {line}", file=sys.stderr, flush=True)
+                self.said, self.said_at = c, now
         self.last = c
 
     def message(self, text: str) -> None:
