@@ -8,8 +8,8 @@
 ``plugdrop ablate`` (any launcher, any shard) writes ``OUT/ablation.json`` and the validated
 config next to it as plain data (``OUT/.config.json``: its YAML text and overrides). A job its
 launcher hands the config object to (forked warm by ``--launcher processes``, a Ray task, a
-submitit job: :func:`job_main`, :func:`run_job` with ``cfg``) trains on it without reading the
-text again; ``python -m plugdrop.ablate.worker`` reads it back through the loader's checks.
+submitit job: :func:`job_main`, :func:`execute_job` with ``cfg``) trains on it without reading
+the text again; ``python -m plugdrop.ablate.worker`` reads it back through the loader's checks.
 Either way the config is held to the hash its launcher gave (``--config-hash``: a file in
 ``OUT`` cannot change what runs, a ``program:`` and the folder it runs in included), and the run
 is executed (:func:`plugdrop.ablate.execute.execute`: its lock, ``attempts.jsonl``, the resume
@@ -20,7 +20,7 @@ Exit status (:class:`~plugdrop.ablate.errors.Exit`): 0 finished (or finished alr
 failed, 2 a mistake (one line), 74 a fault of the environment (a full disk, data that vanished:
 one line; the run is not marked failed), 75 another process trains this run now, 128 + signal
 when SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 stopped it (at a step boundary, with a checkpoint
-there). A job that runs :func:`run_job` in its own process (submitit, Ray) returns the
+there). A job that runs :func:`execute_job` in its own process (submitit, Ray) returns the
 :class:`~plugdrop.ablate.outcome.RunResult` as JSON instead.
 """
 
@@ -44,7 +44,8 @@ from .programs import program_of
 from .progress import Progress
 from .train import SIGNALS, StopFlag, Stopped, resolve_device, setup_distributed
 
-__all__ = ["find_run", "job_command", "job_main", "main", "run_job", "run_one", "status_after"]
+__all__ = ["execute_here", "execute_job", "find_run", "job_command", "job_main", "main",
+           "status_after"]
 
 
 def find_run(cfg: AblationConfig, out: Path, run_id: str) -> runs.RunDir:
@@ -68,7 +69,7 @@ def _config(out: Path, config_hash: str | None, cfg: AblationConfig | None) -> A
     return cfg
 
 
-def run_one(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
+def execute_here(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
             handle_signals: bool = True, config_hash: str | None = None,
             cfg: AblationConfig | None = None) -> RunResult:
     """Train (or resume) one run of the ablation in ``out`` in this process (or, under
@@ -147,14 +148,14 @@ def job_command(out: Path, run_id: str, *, nproc: int, launcher: str,
     return cmd + (["--threads", str(max(1, threads // nproc))] if threads else [])
 
 
-def run_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
+def execute_job(out: Path, run_id: str, *, nproc: int = 1, launcher: str = "worker",
             threads: int | None = None, handle_signals: bool = True,
             config_hash: str | None = None, cfg: AblationConfig | None = None) -> RunResult:
-    """What a launcher's job runs: :func:`run_one` here (on ``cfg`` when the launcher handed
-    it over), or under ``torchrun`` with ``nproc`` processes when the run is itself
+    """What a launcher's job runs: :func:`execute_here` (on ``cfg`` when the launcher handed it
+    over), or under ``torchrun`` with ``nproc`` processes when the run is itself
     data-parallel (its fresh processes read the stored config); returns how the run ended."""
     if nproc <= 1:
-        return run_one(out, run_id, launcher=launcher, threads=threads,
+        return execute_here(out, run_id, launcher=launcher, threads=threads,
                        handle_signals=handle_signals, config_hash=config_hash, cfg=cfg)
     proc = subprocess.Popen(job_command(Path(out), run_id, nproc=nproc, launcher=launcher,
                                         threads=threads, config_hash=config_hash))
@@ -209,12 +210,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def job_main(out: Path, run_id: str, *, launcher: str = "worker", threads: int | None = None,
              config_hash: str | None = None, cfg: AblationConfig | None = None) -> int:
-    """A job's process: :func:`run_one` and its exit status (a mistake or a fault: one line
+    """A job's process: :func:`execute_here` and its exit status (a mistake or a fault: one line
     on stderr, on rank 0); what ``python -m plugdrop.ablate.worker`` runs, and a job forked
     warm with its config handed over (``cfg``)."""
     rank = int(os.environ.get("RANK", "0"))
     try:
-        result = run_one(out, run_id, launcher=launcher, threads=threads,
+        result = execute_here(out, run_id, launcher=launcher, threads=threads,
                          config_hash=config_hash, cfg=cfg)
         import torch.distributed as dist
 

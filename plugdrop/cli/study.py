@@ -42,8 +42,8 @@ def say(command: str, line: str) -> None:
 
 
 def run(command: str, args: argparse.Namespace, strategy_for: Callable[[], Any],
-        finish: Callable[[argparse.Namespace, Any, Any, Any], int], shard: Callable[[], Any] = lambda: None,
-        accept_data_change: bool = False) -> int:
+        finish: Callable[[argparse.Namespace, Any, Any, Any], int],
+        shard: Callable[[], Any] = lambda: None, accept_data_change: bool = False) -> int:
     """Run a study from the command line and return the exit status.
 
     Args:

@@ -28,9 +28,9 @@ def _task(out: str, run_id: str, nproc: int, threads: int, config_hash: str,
           cfg: Any = None) -> str:
     """A Ray task: the run (on ``cfg``, the config Ray handed over with the task), its
     :class:`~plugdrop.ablate.outcome.RunResult` returned as JSON."""
-    from ..worker import run_job
+    from ..worker import execute_job
 
-    return run_job(Path(out), run_id, nproc=nproc, launcher="ray", threads=threads,
+    return execute_job(Path(out), run_id, nproc=nproc, launcher="ray", threads=threads,
                    config_hash=config_hash, cfg=cfg).to_json()
 
 

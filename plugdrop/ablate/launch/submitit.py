@@ -98,9 +98,9 @@ class RunJob(submitit.helpers.Checkpointable):
         """Train the run (on ``cfg``, the config submitit handed over with the job); its
         :class:`~plugdrop.ablate.outcome.RunResult` as JSON, or no result (exit) when a signal
         stopped it."""
-        from ..worker import run_job
+        from ..worker import execute_job
 
-        result = run_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
+        result = execute_job(Path(out), run_id, nproc=nproc, launcher="submitit", threads=threads,
                          handle_signals=True, config_hash=config_hash, cfg=cfg)
         if result.status is not Ending.STOPPED:
             return result.to_json()
