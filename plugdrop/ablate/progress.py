@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
+
+
+def _number(value: float) -> str:
+    """``value`` to 4 significant digits, however large (an integer beyond a float's range
+    too)."""
+    try:
+        return format(value, ".4g")
+    except OverflowError:
+        return format(Decimal(value), ".4g")
 
 
 class Progress:
@@ -60,7 +70,7 @@ class Progress:
         where = " ".join(f"{k} {record[k]}" for k in ("epoch", "step") if k in record)
         values = [(k, v) for k, v in record.items() if k not in ("epoch", "step")
                   and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        shown = "  ".join(f"{k} {v:.4g}" for k, v in values[:most])
+        shown = "  ".join(f"{k} {_number(v)}" for k, v in values[:most])
         more = f"  (+{len(values) - most} more)" if len(values) > most else ""
         line = f"[{self.name}] {where}: {shown}{more}"
         if self.tty:

@@ -392,3 +392,53 @@ def test_a_search_block_given_to_ablate_names_plugdrop_search(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "search: is the block of plugdrop search: run plugdrop search CONFIG" in err
     assert err.count("\n") == 1
+
+
+def test_a_script_without_its_interpreter_is_one_line_before_any_run(tmp_path, monkeypatch,
+                                                                    capsys):
+    folder(tmp_path, monkeypatch, config("./train.sh", variants=GOOD))
+    script = tmp_path / "train.sh"
+    script.write_text("echo '{\"step\": 1, \"score\": 0.5}' >> \"$PLUGDROP_METRICS\"\n")
+    script.chmod(0o755)
+    assert ablate() == 2
+    err = capsys.readouterr().err
+    assert ("program: ./train.sh is neither a program nor a script that names its interpreter"
+            in err and "#!/usr/bin/env bash" in err and err.count("\n") == 1), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_number_beyond_a_floats_range_is_an_infinity_not_a_traceback(tmp_path, monkeypatch,
+                                                                        capsys):
+    """A program that logs an integer too large for a float: in the progress line, as the
+    decision metric (the run diverged: one line) and as another metric (the report is
+    written); ``plugdrop report`` rebuilds it."""
+    folder(tmp_path, monkeypatch, config("./huge.sh", variants=GOOD))
+    script = tmp_path / "huge.sh"
+    big = "9" * 400
+    script.write_text("#!/bin/sh\nif [ \"$PLUGDROP_VARIANT\" = good ]; then\n"
+                      f"  echo '{{\"step\": 1, \"score\": {big}}}' >> \"$PLUGDROP_METRICS\"\n"
+                      "else\n"
+                      f"  echo '{{\"step\": 1, \"score\": 0.5, \"grad\": {big}}}' >> "
+                      "\"$PLUGDROP_METRICS\"\nfi\n")
+    script.chmod(0o755)
+    assert ablate() == 1
+    captured = capsys.readouterr()
+    assert "score 1.000e+400" in captured.out
+    assert "Traceback" not in captured.err
+    fail = json.loads((tmp_path / "out" / "runs" / "good__s0" / "failed.json").read_text())
+    assert "the run diverged: the last score it logged is inf" in fail["error"]
+    assert (tmp_path / "out" / "report.html").exists()
+    assert main(["report", "out"]) == 0
+
+
+@pytest.mark.parametrize("margin", [".inf", "-.inf", ".nan", "-0.5", "wide"])
+def test_a_margin_that_is_not_a_finite_number_is_one_line(tmp_path, monkeypatch, margin):
+    from plugdrop.ablate.errors import ConfigError
+
+    folder(tmp_path, monkeypatch, config(fake(), variants=GOOD,
+                                         decide=f"{{metric: score, goal: max}}\nmargin: {margin}"))
+    with pytest.raises(ConfigError, match=r"cfg.yaml:\d+:\d+: margin must be auto or a finite "
+                                          r"number >= 0 \(an infinite margin calls every "
+                                          r"variant equivalent\)"):
+        load(tmp_path / "cfg.yaml")

@@ -10,6 +10,8 @@ and :func:`text`; the rest are written for one setting each.
 
 from __future__ import annotations
 
+import math
+
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -326,7 +328,8 @@ def _logged_metric(v: Value) -> Any:
 
 
 def margin(v: Value) -> Any:
-    v.need(v.value == "auto" or (is_num(v.value) and v.value >= 0), "auto or a number >= 0")
+    v.need(v.value == "auto" or (is_num(v.value) and 0 <= v.value < math.inf),
+           "auto or a finite number >= 0 (an infinite margin calls every variant equivalent)")
     return v.value if v.value == "auto" else float(v.value)
 
 

@@ -142,6 +142,11 @@ def check_can_start(cfg: AblationConfig, env: Mapping[str, str] | None = None) -
             raise ConfigError(f"{where}: program: {exe} is not executable; chmod +x {exe}, "
                               f"or run it through its interpreter (program: [bash, {exe}, "
                               f"...])")
+        if not _executable_format(full):
+            raise ConfigError(f"{where}: program: {exe} is neither a program nor a script "
+                              f"that names its interpreter (a first line such as "
+                              f"#!/usr/bin/env bash); add that line, or run it through its "
+                              f"interpreter (program: [bash, {exe}, ...])")
     elif shutil.which(exe, path=path) is None:
         raise ConfigError(f"{where}: program: {exe!r} is not found on PATH on {host}; give "
                           f"its full path, or install it (python: {_this_python()})")
@@ -150,6 +155,17 @@ def check_can_start(cfg: AblationConfig, env: Mapping[str, str] | None = None) -
         raise ConfigError(f"{where}: program: {os.path.basename(exe)} is given the script "
                           f"{script}, which does not exist in {cwd} on {host} (the program "
                           f"runs in the folder plugdrop ablate was started in)")
+
+
+def _executable_format(path: Path) -> bool:
+    """Whether the kernel can run ``path`` itself: a script that starts with ``#!``, or an
+    ELF program (an unreadable file is left to the start to judge)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return True
+    return head[:2] == b"#!" or head == b"\x7fELF"
 
 
 def _script(argv: Sequence[str]) -> str | None:

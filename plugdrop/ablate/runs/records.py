@@ -30,10 +30,14 @@ POSITION = ("epoch", "step")
 
 
 def number(value: Any) -> float | None:
-    """``value`` as a float when it is a JSON number (not a bool), else ``None``."""
+    """``value`` as a float when it is a JSON number (not a bool), else ``None``; an integer
+    too large for a float is an infinity of its sign (as JSON's ``1e400`` reads)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def position(record: Mapping[str, Any]) -> tuple[int | None, int | None] | None:
