@@ -22,6 +22,7 @@ The contract is language-agnostic: a program in any language reads the same vari
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,7 +118,8 @@ class AblationRun:
         rank 0 writes.
 
         Args:
-            epoch: the epoch the evaluation follows (a whole number >= 0).
+            epoch: the epoch the evaluation follows (a whole number >= 0: a Python, NumPy or
+                0-dim torch integer).
             step: the optimizer step it follows (a whole number >= 0); at least one of the
                 two is given.
             **metrics: name -> number (a Python, NumPy or 0-dim torch number; NaN and
@@ -125,7 +127,8 @@ class AblationRun:
 
         Raises:
             TypeError: a metric that is not a number, or neither ``epoch`` nor ``step``.
-            PlugdropError: a negative ``epoch`` or ``step``.
+            PlugdropError: a negative ``epoch`` or ``step``, or a metric without a name
+                (``**{"": 0.5}``).
         """
         if not _rank_zero():
             return
@@ -141,12 +144,19 @@ def _record(epoch: int | None, step: int | None, metrics: Mapping[str, Any]) -> 
     for key, value in (("epoch", epoch), ("step", step)):
         if value is None:
             continue
+        if not isinstance(value, (bool, int)) and hasattr(value, "__index__"):
+            try:  # a NumPy integer, a 0-dim integer tensor
+                value = operator.index(value)
+            except TypeError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"log({key}=...) takes a whole number, got {value!r}")
         if value < 0:
             raise PlugdropError(f"log({key}={value}): it counts from 0")
         out[key] = value
     for name, value in metrics.items():
+        if not name.strip():
+            raise PlugdropError(f"log({name!r}=...): a metric needs a name")
         out[name] = _number(name, value)
     return out
 

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,7 +96,14 @@ def test_log_takes_numbers_and_a_position(run_env):
         run.log(epoch=1.5, score=1.0)
     with pytest.raises(pd.PlugdropError, match="log\\(step=-1\\): it counts from 0"):
         run.log(step=-1, score=1.0)
+    with pytest.raises(pd.PlugdropError, match="log\\(''=...\\): a metric needs a name"):
+        run.log(step=1, **{"": 1.0})
+    with pytest.raises(TypeError, match="log\\(epoch=...\\) takes a whole number"):
+        run.log(epoch=np.float64(1.0), score=1.0)
     assert not (run_env / "metrics.jsonl").exists()
+    run.log(epoch=np.int64(1), step=torch.tensor(7), score=np.float32(0.5))  # NumPy, torch ints
+    assert json.loads((run_env / "metrics.jsonl").read_text()) == {"epoch": 1, "step": 7,
+                                                                    "score": 0.5}
 
 
 def test_only_rank_zero_logs(run_env, monkeypatch):
