@@ -442,3 +442,30 @@ def test_a_margin_that_is_not_a_finite_number_is_one_line(tmp_path, monkeypatch,
                                           r"number >= 0 \(an infinite margin calls every "
                                           r"variant equivalent\)"):
         load(tmp_path / "cfg.yaml")
+
+
+def test_a_metric_logged_as_text_is_said_so(tmp_path, monkeypatch, capsys):
+    folder(tmp_path, monkeypatch, config("./text.sh", variants="  baseline: []\n"))
+    script = tmp_path / "text.sh"
+    script.write_text("#!/bin/sh\necho '{\"step\": 1, \"score\": \"0.73\"}' >> "
+                      "\"$PLUGDROP_METRICS\"\n")
+    script.chmod(0o755)
+    assert ablate() == 1
+    fail = json.loads((tmp_path / "out" / "runs" / "baseline__s0" / "failed.json").read_text())
+    assert fail["error"] == ('the program logged score as "0.73", not a number; log it as one '
+                             '(score: 0.73, not "0.73")')
+
+
+def test_a_decision_metric_logged_before_the_last_record_is_said_so(tmp_path, monkeypatch,
+                                                                     capsys):
+    folder(tmp_path, monkeypatch, config("./early.sh", variants="  baseline: []\n"))
+    script = tmp_path / "early.sh"
+    script.write_text("#!/bin/sh\nm=\"$PLUGDROP_METRICS\"\n"
+                      "echo '{\"epoch\": 1, \"score\": 0.7, \"loss\": 0.3}' >> \"$m\"\n"
+                      "echo '{\"epoch\": 2, \"loss\": 0.2}' >> \"$m\"\n"
+                      "echo '{\"epoch\": 3, \"loss\": 0.1}' >> \"$m\"\n")
+    script.chmod(0o755)
+    assert ablate() == 0
+    table = capsys.readouterr().out
+    assert ("its last score was logged at epoch 1, its last record is at epoch 3: its final "
+            "value is that earlier one") in table

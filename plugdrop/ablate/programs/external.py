@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,11 @@ def _quoted(lines: Sequence[str]) -> str:
     """The last lines of a program's stderr, on one line."""
     text = " | ".join(" ".join(line.split()) for line in lines[-QUOTED_LINES:])
     return text if len(text) <= QUOTED_CHARS else "..." + text[-QUOTED_CHARS:]
+
+
+def _where(rec: Mapping[str, Any]) -> str:
+    """``epoch 1`` or ``step 300`` (or both) of a record."""
+    return ", ".join(f"{k} {rec[k]}" for k in POSITION if k in rec) or "a record"
 
 
 def _exit_note(code: int) -> str:
@@ -273,6 +278,10 @@ class ExternalProgram:
         records = runs.read_records(rd.metrics, warnings)
         value, rec = runs.last_value(records, metric)
         if value is None:
+            text = next((rec[metric] for rec in reversed(records) if metric in rec), None)
+            if text is not None:  # logged, but not as a number: "0.73", null, [0.7]
+                raise fail(f"the program logged {metric} as {json.dumps(text)[:60]}, not a "
+                           f"number; log it as one ({metric}: 0.73, not \"0.73\")")
             names = runs.logged_names(records)
             said = (f"; it logged {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
                     if names else f"; its metrics file (PLUGDROP_METRICS, {rd.metrics}) holds "
@@ -284,10 +293,13 @@ class ExternalProgram:
                               if rec is not None and k in rec)
             raise fail(f"the run diverged: the last {metric} it logged is {value}"
                        f"{f' ({where})' if where else ''}")
-        runs.atomic_write_json(rd.path / "done.json", {
+        done: dict[str, Any] = {
             "wall_time": ending.seconds, "finished": runs.now(), "attempt": start.attempt,
-            "decide_on": metric, "value": value, "records": len(records)},
-            f"the end of run {rd.id}")
+            "decide_on": metric, "value": value, "records": len(records)}
+        if rec is not None and rec is not records[-1]:  # later records hold no value of it
+            done["stale"] = (f"its last {metric} was logged at {_where(rec)}, its last record "
+                             f"is at {_where(records[-1])}")
+        runs.atomic_write_json(rd.path / "done.json", done, f"the end of run {rd.id}")
 
     def _fail(self, rd: runs.RunDir, line: str, ending: process.Ending | None, out_log: Path,
               err_log: Path, stderr: list[str], attempt: int | None = None) -> RunFailed:

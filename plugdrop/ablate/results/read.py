@@ -341,6 +341,9 @@ def _fill(run: Run, config_hash: str | None, warnings: list[str], program: bool)
             problems.append(f"done.json {problem or 'is not a JSON object'}")
         else:
             run.done = done
+            if isinstance(done.get("stale"), str):  # the judge's word: an earlier value
+                warnings.append(f"{run.path}: {done['stale']}: its final value is that "
+                                f"earlier one")
             epochs = done.get("epochs")
             if not run.metrics:
                 problems.append("finished, but metrics.jsonl has no "
