@@ -469,3 +469,13 @@ def test_a_decision_metric_logged_before_the_last_record_is_said_so(tmp_path, mo
     table = capsys.readouterr().out
     assert ("its last score was logged at epoch 1, its last record is at epoch 3: its final "
             "value is that earlier one") in table
+
+
+def test_decide_on_given_as_a_list_is_one_line_with_the_mapping(tmp_path, monkeypatch):
+    from plugdrop.ablate.errors import ConfigError
+
+    folder(tmp_path, monkeypatch, config(fake(), variants=GOOD, decide="[score, max]"))
+    with pytest.raises(ConfigError, match=r"cfg.yaml:2:\d+: decide_on must be .* got "
+                                          r"\['score', 'max'\] \(written \{metric: score, "
+                                          r"goal: max\}, not as a list\?\)"):
+        load(tmp_path / "cfg.yaml")
