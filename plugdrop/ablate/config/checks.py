@@ -294,13 +294,14 @@ def decide_on(v: Value) -> Any:
     :class:`~.metrics.Metric`."""
     if isinstance(v.value, Mapping):
         return _logged_metric(v)
-    named = isinstance(v.value, str)
-    hint = suggest(v.value, METRICS) if named else ""
+    name = v.value if isinstance(v.value, str) else None
+    hint = suggest(name, METRICS) if name is not None else ""
     if isinstance(v.value, list) and len(v.value) == 2:  # decide_on: [score, max]
-        hint = (f" (written {{metric: {v.value[0]}, goal: {v.value[1]}}}, not as a list?)")
-    v.need(named and v.value in METRICS, " | ".join(METRICS) + ", or {metric: NAME, goal: "
-           "max | min} for a metric a program logs", hint)
-    return METRICS[v.value]
+        hint = f" (written {{metric: {v.value[0]}, goal: {v.value[1]}}}, not as a list?)"
+    if name is None or name not in METRICS:
+        v.need(False, " | ".join(METRICS) + ", or {metric: NAME, goal: max | min} for a "
+               "metric a program logs", hint)
+    return METRICS[str(name)]
 
 
 def _logged_metric(v: Value) -> Any:
