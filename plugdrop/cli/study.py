@@ -12,7 +12,6 @@ printed); each command says what 0 and 1 mean.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -75,13 +74,8 @@ def run(command: str, args: argparse.Namespace, strategy_for: Callable[[], Any],
             say(command, idle)
         cfg = strategy.cfg
         d = setup_distributed(resolve_device(cfg.device, cfg.loc("device")))
-        # What is imported now (torch, timm, scipy: about a million objects) lives as long as
-        # the command: kept out of the collector's full passes, whose cost would otherwise
-        # grow a long study's cost per run.
-        gc.freeze()
         outcome = run_study(strategy, resume=args.resume, d=d, launcher=launcher,
-                            options=opts, shard=shard(),
-                            accept_data_change=accept_data_change)
+                            options=opts, shard=shard(), accept_data_change=accept_data_change)
     except KeyboardInterrupt:  # before the first run (during the checks): nothing to keep
         if rank == 0:
             say(command, "interrupted before any run trained")

@@ -220,9 +220,10 @@ class ExternalProgram:
         env = contract.environment(os.environ, rd.id, rd.variant, rd.seed, paths, start.resumed)
         argv = self._argv(rd)
         progress.program_start(rd.variant, rd.seed, start.attempt, start.resumed)
+        follower = _Follower(paths.metrics, progress)  # before the start: what it logs at once
         proc = self._start(rd, argv, env, out_log, err_log, lock)
         ending = process.watch(proc, stop, cfg.run_timeout.seconds if cfg.run_timeout else None,
-                               _Follower(paths.metrics, progress))
+                               follower)
         if ending.passed is not None:  # a stop: it runs again later, resuming
             raise Stopped(ending.passed)
         self._judge(rd, start, ending, out_log, err_log)
