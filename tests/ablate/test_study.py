@@ -479,3 +479,10 @@ def test_decide_on_given_as_a_list_is_one_line_with_the_mapping(tmp_path, monkey
                                           r"\['score', 'max'\] \(written \{metric: score, "
                                           r"goal: max\}, not as a list\?\)"):
         load(tmp_path / "cfg.yaml")
+
+
+def test_one_folded_row_is_one_variant():
+    assert "<summary>1 more variant</summary>" in markup.table(
+        ["n"], ["<tr><td>1</td></tr>"] * 51, what="variants")
+    assert rest_line(_summaries(2, decided=0)[1:]).startswith(  # type: ignore[arg-type]
+        "... and 1 more variant (no clear difference: 1)")

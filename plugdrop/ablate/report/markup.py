@@ -58,5 +58,7 @@ def table(head: Sequence[str], rows: Sequence[str], cls: str = "", what: str = "
     first = f"<table{attr}>{top}{''.join(rows[:at])}</table>"
     if len(rows) <= at:
         return first
-    return (first + f"<details><summary>{len(rows) - at} more {e(what)}</summary>"
+    more = len(rows) - at
+    name = what[:-1] if more == 1 and what.endswith("s") else what
+    return (first + f"<details><summary>{more} more {e(name)}</summary>"
             f"<table{attr}>{top}{''.join(rows[at:])}</table></details>")

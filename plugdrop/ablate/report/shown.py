@@ -64,7 +64,8 @@ def rest_line(rest: Sequence[VariantSummary]) -> str | None:
         return None
     counts = Counter(s.verdict or "-" for s in rest)
     by = ", ".join(f"{v}: {n}" for v, n in counts.most_common())
-    return (f"... and {len(rest)} more variants ({by}): every variant is in results.csv, "
+    noun = "variant" if len(rest) == 1 else "variants"
+    return (f"... and {len(rest)} more {noun} ({by}): every variant is in results.csv, "
             f"results.json and report.html")
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
-from ..runs import FAILED, FINISHED, INCOMPLETE, read_records
+from ..runs import FAILED, FINISHED, INCOMPLETE, number, read_records
 from ..runs import run_id as _run_id
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
@@ -120,17 +120,6 @@ class Ablation:
     def count(self, status: str) -> int:
         """How many runs have ``status``."""
         return sum(r.status == status for r in self.runs)
-
-
-def number(value: Any) -> float | None:
-    """``value`` as a float when it is a JSON number (not a bool), else ``None``; an integer
-    too large for a float is an infinity of its sign (as JSON's ``1e400`` reads)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:

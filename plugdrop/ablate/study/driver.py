@@ -154,8 +154,7 @@ def _run(strategy: Strategy, launcher: Launcher, options: LaunchOptions,
 def _program(rnd: Round, program: Program) -> Program:
     """The program of a round: the study's, or one made for the round's config (a search's
     grows with its candidates)."""
-    cfg = getattr(program, "cfg", None)
-    if cfg is rnd.cfg:
+    if program.cfg is rnd.cfg:
         return program
     return program_of(rnd.cfg, getattr(program, "data", None))
 

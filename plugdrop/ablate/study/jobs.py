@@ -109,8 +109,12 @@ class _Dispatch:
                 self.launcher.wait(self.active, 0.5)
 
     def end(self, rd: RunDir, status: str, detail: str | None) -> None:
-        """``rd`` ended (its folder says ``status``): once, whoever trained it."""
+        """``rd`` ended (its folder says ``status``): shown, and told once."""
         self.view.ended(rd, status, detail)
+        self.tell(rd, status, detail)
+
+    def tell(self, rd: RunDir, status: str, detail: str | None) -> None:
+        """``on_end`` of ``rd``, once, whoever trained it."""
         if rd.id not in self.seen:
             self.seen.add(rd.id)
             self.on_end(rd, status, detail)
@@ -209,9 +213,8 @@ def dispatch(launcher: Launcher, ctx: LaunchContext, todo: list[RunDir], outcome
     # a run that ended without its job saying so (finished by another process): told now
     statuses = job_loop.probe(lambda: [rd.status for rd in todo])
     for rd, status in zip(todo, statuses):
-        if status != runs.INCOMPLETE and rd.id not in job_loop.seen:
-            job_loop.seen.add(rd.id)
-            job_loop.on_end(rd, status, None)
+        if status != runs.INCOMPLETE:
+            job_loop.tell(rd, status, None)
         if status == runs.FINISHED:
             outcome.finished.append(rd.id)
         elif status == runs.FAILED:

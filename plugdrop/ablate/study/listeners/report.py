@@ -40,14 +40,12 @@ class ReportWriter(Listener):
         self.every, self.share, self.plots_every = every, share, plots_every
         self.next_at = 0.0
         self.plots_at = 0.0
-        self.pending = False
 
     def on_study_start(self, study: StudyInfo) -> None:
         now = time.monotonic()
         self.next_at, self.plots_at = now + self.every, now + self.plots_every
 
     def on_run_end(self, study: StudyInfo, run: RunDir, state: str, detail: str | None) -> None:
-        self.pending = True
         if time.monotonic() >= self.next_at:
             self.rebuild(study, final=False)
 
@@ -79,5 +77,4 @@ class ReportWriter(Listener):
         if plots:
             self.plots_at = now + self.plots_every
         self.next_at = now + max(self.every, (now - t0) / self.share)
-        self.pending = False
         return rep
