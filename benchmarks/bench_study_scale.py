@@ -54,7 +54,8 @@ def config(home: Path, runs: int) -> Path:
     cfg = home / "scale.yaml"
     cfg.write_text(f"program: [{sys.executable}, -S, instant.py]\n"
                    f"decide_on: {{metric: score, goal: max}}\nmargin: 0.005\n"
-                   f"seeds: {list(range(seeds))}\nplots: false\nvariants:\n{variants}")
+                   f"seeds: {list(range(seeds))}\nplots: false\nreceipt: false  # attaches nothing\n"
+                   f"variants:\n{variants}")
     return cfg
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _receipt
 from .errors import PlugdropError
 from .spec import AttachmentGroup, AttachmentSpec, attach_all, parse_spec
 
@@ -47,7 +48,14 @@ ENV = {
     "PLUGDROP_RESUME": "1 when the run was started before and did not finish (resume from the "
                        "checkpoint in PLUGDROP_RUN_DIR), else 0",
     "PLUGDROP_RUN_ID": "the run's name, <variant>__s<seed> (for a logger's run name)",
+    "PLUGDROP_RECEIPT": "the path of the run's receipt (attached.json): what the program "
+                        "attached and how often its hooks ran, which plugdrop.current_run()."
+                        "attach and the callbacks write; a program in another language writes "
+                        "{\"attachments\": [{\"label\": ..., \"layers\": [...], \"calls\": "
+                        "N}]} itself",
 }
+#: the variables :func:`current_run` does without (a run's name and receipt have defaults)
+_OPTIONAL = ("PLUGDROP_RUN_ID", "PLUGDROP_RECEIPT")
 
 _POSITION = ("epoch", "step")
 
@@ -107,8 +115,24 @@ class AblationRun:
             SpecError, SelectorError, AttachError: what :func:`plugdrop.attach_all` raises
                 (a selector that matches no layer of this model names the closest ones).
         """
-        return attach_all(model, self.spec, steps=steps, scaler=scaler,
-                          example_input=example_input, source=f"variant {self.variant!r}")
+        group = attach_all(model, self.spec, steps=steps, scaler=scaler,
+                           example_input=example_input, source=f"variant {self.variant!r}")
+        self.record_attached(group)
+        return group
+
+    def record_attached(self, group: AttachmentGroup, by: str = "run.attach") -> None:
+        """Record ``group`` as what this run attached: the receipt (``attached.json`` beside
+        :attr:`metrics`, ``PLUGDROP_RECEIPT``) is written now, at each :meth:`log` and at exit,
+        with how often the hooks ran. :meth:`attach` and the callbacks call it; call it when
+        you attach the variant's spec yourself (:func:`plugdrop.attach_all` of :attr:`spec`).
+        ``plugdrop ablate`` fails a run of a variant with attachments that leaves no receipt
+        (unless its config says ``receipt: false``).
+
+        Args:
+            group: the attachments made for this run.
+            by: what attached them, in words (shown in the report).
+        """
+        _receipt.track(group, by)
 
     def log(self, epoch: int | None = None, step: int | None = None,
             **metrics: Any) -> None:
@@ -130,9 +154,10 @@ class AblationRun:
             PlugdropError: a negative ``epoch`` or ``step``, or a metric without a name
                 (``**{"": 0.5}``).
         """
-        if not _rank_zero():
+        if not _receipt.rank_zero():
             return
         _append(self.metrics, _record(epoch, step, metrics))
+        _receipt.write()
 
 
 def _record(epoch: int | None, step: int | None, metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -178,7 +203,13 @@ def _append(path: Path, rec: Mapping[str, Any]) -> None:
     """Append ``rec`` as one line in one write (a partial line a killed writer left before it
     stays on its own line), then fsync."""
     line = (json.dumps(rec) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise PlugdropError(f"log(): cannot append to PLUGDROP_METRICS={path} "
+                            f"({e.strerror or e}): the run contract's metrics file is in the "
+                            f"run's folder, which plugdrop ablate creates; unset PLUGDROP_SEED "
+                            f"to run the script on its own") from None
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -189,18 +220,6 @@ def _append(path: Path, rec: Mapping[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _rank_zero() -> bool:
-    """Whether this process is rank 0 of its training (or not distributed at all)."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank() == 0
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    return all(os.environ.get(v, "0") in ("0", "") for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def current_run() -> AblationRun | None:
@@ -218,7 +237,7 @@ def current_run() -> AblationRun | None:
     env = os.environ
     if "PLUGDROP_SEED" not in env:
         return None
-    missing = [k for k in ENV if k not in env and k != "PLUGDROP_RUN_ID"]
+    missing = [k for k in ENV if k not in env and k not in _OPTIONAL]
     if missing:
         raise PlugdropError(f"the environment holds PLUGDROP_SEED but not {', '.join(missing)}: "
                             f"it is not a run of plugdrop ablate (unset PLUGDROP_SEED to run "

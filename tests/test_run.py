@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import threading
 
 import numpy as np
@@ -128,6 +129,6 @@ def test_part_of_the_contract_is_one_line(run_env, monkeypatch):
 def test_the_contract_names_match_the_runners():
     from plugdrop.ablate.programs import contract
 
-    paths = contract.RunPaths(*(os.devnull,) * 3)  # type: ignore[arg-type]
+    paths = contract.RunPaths(*(Path(os.devnull),) * 3)
     env = contract.environment({}, "b__s0", "b", 0, paths, False)
     assert set(pd.run.ENV) <= set(env) and env["PLUGDROP_RESUME"] == "0"

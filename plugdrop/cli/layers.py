@@ -252,15 +252,26 @@ def run(args: argparse.Namespace) -> int:
                      f"{pd.errors.one_line(failure, typed=True, period=False, limit=300)}; "
                      f"{_input_fix(args.model, model, kwargs, (c, h, w))}")
     try:
-        branches = pd.residual_branches(model, x) if args.residual else []
-        table = pd.layers(model, x, selector=args.match, max_depth=args.depth)
+        if args.residual:
+            pd.residual_branches(model, x)  # remembered: the table marks them R
+        whole = pd.layers(model, x, selector=args.match)
     except (ValueError, TypeError, RuntimeError) as e:
         return _fail(pd.errors.one_line(e))
+    table = pd.LayerTable([r for r in whole if args.depth is None or r.depth <= args.depth])
     title = f"{args.model}: {len(table)} modules, input (1, {c}, {h}, {w})"
     if args.match:
-        title += f"; * = picked by {args.match!r} ({sum(r.picked for r in table)})"
+        title += f"; * = picked by {args.match!r} ({_count(whole, table, 'picked', args.depth)})"
     if args.residual:
-        title += f"; R = residual branch ({len(branches)}: select them with 'residual:')"
+        title += (f"; R = residual branch ({_count(whole, table, 'residual', args.depth)}: "
+                  f"select them with 'residual:')")
     table.title = title + "; last column: the layout DropBlock would read"
     print(table)
     return 0
+
+
+def _count(whole: list[Any], shown: list[Any], mark: str, depth: int | None) -> str:
+    """How many rows carry ``mark`` (``picked``, ``residual``): those the table lists, and
+    those ``--depth`` hides (``"4"``, ``"0 shown, 4 deeper than --depth 2"``)."""
+    listed = sum(getattr(r, mark) for r in shown)
+    hidden = sum(getattr(r, mark) for r in whole) - listed
+    return f"{listed} shown, {hidden} deeper than --depth {depth}" if hidden else str(listed)

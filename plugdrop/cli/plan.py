@@ -242,10 +242,11 @@ def _from_folder(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
            "alpha": d["alpha"], "power": 0.8, "seeds_fixed": fixed,
            "seeds_adaptive": adaptive[0] if adaptive else None,
            "adaptive_mean_seeds": adaptive[2] if adaptive else None}
+    unit = f" {sp.unit}" if sp.unit else ""  # a program's metric given no unit: none
     text = [f"plugdrop plan: {args.source}: the paired differences of {sp.metric} (each "
-            f"variant minus the baseline, per seed) spread with sd {sp.sd:.4g} {sp.unit} "
+            f"variant minus the baseline, per seed) spread with sd {sp.sd:.4g}{unit} "
             f"(pooled over {sp.variants} variant(s), {sp.pairs} pairs).",
-            f"An effect of {abs(effect):g} {sp.unit} is {size:.3g} sd: "
+            f"An effect of {abs(effect):g}{unit} is {size:.3g} sd: "
             + (f"a fixed design needs about {fixed} seeds" if fixed else
                "a fixed design needs more than 10,000 seeds")
             + f" to call it better or worse with 80% power at alpha {d['alpha']:g} / {m} (a "

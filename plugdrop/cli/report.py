@@ -13,7 +13,27 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("report", help="rebuild the summary of an ablation folder from its runs")
     p.add_argument("out", help="the folder of a plugdrop ablate (its --out)")
     p.add_argument("--no-plots", action="store_true", help="tables, CSV and JSON only")
+    p.add_argument("--decide-on", metavar="METRIC",
+                   help="judge the runs on another metric than the config's decide_on "
+                        "(nothing trains; the page says so); with --goal for a metric of a "
+                        "program's own")
+    p.add_argument("--goal", choices=("max", "min"), help="the goal of --decide-on's metric")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="another value of a setting that only judges (margin, alpha, "
+                        "spending, passing, metrics_from), as plugdrop ablate --set takes it")
     p.set_defaults(func=run)
+
+
+def _judging(args: argparse.Namespace) -> list[str]:
+    """The ``--set`` items of ``--decide-on``, ``--goal`` and ``--set``."""
+    items = list(args.overrides)
+    if args.decide_on is not None:
+        metric = args.decide_on
+        items.append(f"decide_on={{metric: {metric}, goal: {args.goal}}}" if args.goal
+                     else f"decide_on={metric}")
+    elif args.goal is not None:
+        items.append(f"decide_on.goal={args.goal}")
+    return items
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +46,14 @@ def run(args: argparse.Namespace) -> int:
               f"give the --out of an ablation", file=sys.stderr)
         return Exit.MISTAKE
     try:
-        rep = write_report(out, plots=not args.no_plots)
+        cfg = None
+        items = _judging(args)
+        if items:
+            from ..ablate import config
+
+            stored, _ = config.load_settings(out)
+            cfg = config.rejudged(stored, config.parse_overrides(items), "plugdrop report")
+        rep = write_report(out, plots=not args.no_plots, cfg=cfg)
     except ConfigError as e:
         print(f"plugdrop report: {e}", file=sys.stderr)
         return Exit.MISTAKE

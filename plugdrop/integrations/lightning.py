@@ -116,6 +116,8 @@ class Regularize(RegularizeCallback, pl.Callback):
                                   f"{len(optimizers)} optimizer(s); give an index below that")
         group = self._reg.attach(pl_module, total, unknown)
         group.bind(optimizers[self.optimizer])  # a LightningOptimizer is bound through
+        if self.run is not None:
+            self.run.record_attached(group, "plugdrop.integrations.lightning.Regularize")
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         saved, self._saved = self._saved, None

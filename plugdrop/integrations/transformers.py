@@ -131,7 +131,12 @@ class Regularize(RegularizeCallback, TrainerCallback, ExportableState):
         Returns:
             ``self``.
         """
-        handler = trainer.callback_handler
+        handler = getattr(trainer, "callback_handler", None)
+        if handler is None or not isinstance(getattr(handler, "callbacks", None), list):
+            raise pd.SettingError(f"Regularize.add_to() takes a Hugging Face Trainer (with its "
+                                  f"callback_handler), got {type(trainer).__name__}; for a "
+                                  f"Lightning Trainer use plugdrop.integrations.lightning."
+                                  f"Regularize in Trainer(callbacks=[...])")
         handler.callbacks[:] = _placed(handler.callbacks, self)
         self._trainer = weakref.ref(trainer)
         if getattr(trainer, "model", None) is not None:
@@ -164,7 +169,9 @@ class Regularize(RegularizeCallback, TrainerCallback, ExportableState):
         total = int(state.max_steps) if (getattr(state, "max_steps", 0) or 0) > 0 else None
         if self._reg.example_input is None and any(s.residual for s in self._reg.specs):
             self._reg.example_input = _first_example(kwargs.get("train_dataloader"))
-        self._reg.attach(model, total, "the trainer gives no max_steps")
+        group = self._reg.attach(model, total, "the trainer gives no max_steps")
+        if self.run is not None:
+            self.run.record_attached(group, "plugdrop.integrations.transformers.Regularize")
         self.total_steps = self._reg.total
         self._captured = -1
         self._step = int(state.global_step)

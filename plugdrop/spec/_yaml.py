@@ -21,8 +21,9 @@ from ..errors import SpecError
 __all__ = ["Loc", "LocDict", "LocList", "MOST_BYTES", "fail", "loc_of", "plain", "read_text",
            "read_yaml", "suggest"]
 
-#: the largest YAML file plugdrop reads (a config of ten thousand variants is a few MB)
-MOST_BYTES = 64 << 20
+#: the largest YAML file plugdrop reads (a config of ten thousand variants is about 1 MB; a
+#: larger one is a mistake, and reading it with the place of every value would take minutes)
+MOST_BYTES = 4 << 20
 #: byte-order marks of the encodings a YAML file may have been saved in by mistake
 _BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
          (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))

@@ -71,7 +71,7 @@ def decisions(out: Path) -> list[tuple]:
     """The decisions taken, as (round, seeds, variant, verdict)."""
     path = out / "decisions.jsonl"
     return [(d["round"], d["seeds"], d["variant"], d["verdict"])
-            for d in map(json.loads, path.read_text().splitlines())]
+            for d in map(json.loads, path.read_text().splitlines()) if "round" in d]
 
 
 def verdicts(out: Path) -> dict[str, str]:

@@ -199,6 +199,8 @@ def test_shards_are_refused_for_an_adaptive_design(tmp_path, capsys):
     ("{min: 3}", "seeds max must be an integer >= 2"),
     ("{min: 4, max: 3}", "seeds max (3) is less than min (4)"),
     ("{min: 3, max: 6, steps: 2}", "seeds has no setting 'steps' (did you mean 'step'?)"),
+    ("3", "seeds: 3 is one seed, the seed 3, not 3 seeds: write seeds: [3] for that seed, "
+          "seeds: [0, 1, 2] for 3 seeds, or {min: 3, max: 8}"),
 ])
 def test_seed_plan_mistakes_are_one_line(tmp_path, capsys, value, message):
     assert main(["ablate", str(write(tmp_path, ADAPTIVE)), "--list", "--set",

@@ -67,11 +67,14 @@ def test_an_old_folder_keeps_its_design_when_resumed(tmp_path):
         {v: want[0] for v, want in BEFORE.items()}
     other = config.loads(cfg.origin["text"], "cfg.yaml", config.parse_overrides(
         ["spending=obf"]))
-    assert other.hash() != cfg.hash()
+    # the spending only judges (since 0.2): the runs are kept, the change recorded and said
+    assert other.hash() == cfg.hash() and other.judged_hash() != cfg.judged_hash()
     moved = dict(manifest, config=config.as_recorded(out, other.resolved()),
                  config_hash=other.hash())
-    with pytest.raises(ConfigError, match="differs in: spending"):
-        runs.prepare(out, moved, True, config.unhashed())
+    warning = runs.prepare(out, moved, True, config.unhashed(), judging=config.judging())
+    assert warning is not None and "the judging changed after runs ended (spending: " in warning
+    (change,) = json.loads((out / "ablation.json").read_text())["judging_changes"]
+    assert change["changed"]["spending"]["to"] == "obf" and change["runs_ended"] > 0
 
 
 def test_a_new_folder_decides_by_the_exact_design(tmp_path):

@@ -56,3 +56,17 @@ def test_layers_marks_residual_branches(capsys):
     assert "R = residual branch" in out[0]
     marked = [line.split()[1] for line in out[1:] if line[:2].strip() == "R"]
     assert marked and all(name.startswith("layer") for name in marked)
+
+
+@pytest.mark.parametrize("depth,counted", [
+    ("2", "0 shown, 8 deeper than --depth 2"), ("3", "8"), (None, "8")])
+def test_layers_counts_what_it_lists(capsys, depth, counted):
+    args = ["layers", "resnet18", "--input-size", "3", "32", "32", "--residual",
+            "--match", "residual:", *(["--depth", depth] if depth else [])]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    picked = [line for line in out[1:] if line.startswith("*")]
+    residual = [line for line in out[1:] if line[1:2] == "R"]
+    assert f"* = picked by 'residual:' ({counted})" in out[0]
+    assert f"R = residual branch ({counted}: select them with 'residual:')" in out[0]
+    assert len(picked) == len(residual) == int(counted.split()[0])

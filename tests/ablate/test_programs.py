@@ -53,7 +53,8 @@ def test_a_program_is_handed_the_run_contract(tmp_path, monkeypatch, capsys):
         assert start["env"] == {
             "PLUGDROP_SEED": "0", "PLUGDROP_VARIANT": v, "PLUGDROP_SPEC": str(rd / "spec.yaml"),
             "PLUGDROP_RUN_DIR": str(rd / "work"), "PLUGDROP_METRICS": str(rd / "metrics.jsonl"),
-            "PLUGDROP_RESUME": "0", "PLUGDROP_RUN_ID": f"{v}__s0"}
+            "PLUGDROP_RESUME": "0", "PLUGDROP_RUN_ID": f"{v}__s0",
+            "PLUGDROP_RECEIPT": str(rd / "attached.json")}
         assert start["argv"] == ["--seed", "0", "--echo", v, str(rd / "spec.yaml"),
                                  str(rd / "work"), str(rd / "metrics.jsonl")]
         assert "epoch 3" in (rd / "logs" / "attempt-1.stdout").read_text()
@@ -192,9 +193,10 @@ def test_every_failure_is_one_line_and_the_other_runs_finish(tmp_path, monkeypat
     out = tmp_path / "out"
     assert (run_dir(out, "baseline__s0") / "done.json").exists()
     want = {
-        "crash": "the program exited with status 3; its stderr ends: Traceback (most recent "
-                 "call last): | File \"fake.py\", line 1, in <module> | RuntimeError: boom in "
-                 "crash seed 0",
+        # a Python program's exception first, then the end of its stderr
+        "crash": "the program exited with status 3: RuntimeError: boom in crash seed 0 (its "
+                 "stderr ends: Traceback (most recent call last): | File \"fake.py\", line 1, "
+                 "in <module>)",
         "killed": "the program was killed by SIGKILL (signal 9)",
         "hangs": "the program ran longer than run_timeout 1s and was ended",
         "nan": "the run diverged: the last score it logged is nan (epoch 3)",

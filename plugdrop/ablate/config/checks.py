@@ -1,7 +1,7 @@
 """The checks of the settings table (:mod:`.schema`): each takes the :class:`Value` of one
 setting, raises a located one-line error naming what it must be, and returns the value
 as the config carries it: plain numbers and words, or the typed values of :mod:`.types` and
-:mod:`.metrics` (``ema: true`` -> ``0.9998``, ``seeds: 3`` -> ``(3,)``, ``checkpoint_every:
+:mod:`.metrics` (``ema: true`` -> ``0.9998``, ``checkpoint_every:
 500steps`` -> ``Interval(500, "steps")``), so that no other room parses a setting again.
 
 Generic checks are made by :func:`integer`, :func:`number`, :func:`choice`, :func:`boolean`
@@ -19,9 +19,9 @@ from typing import Any, TypeGuard
 
 from ..errors import ConfigError
 from .locations import Loc, LocDict, fail, plain, suggest
-from .metrics import METRICS
+from .metrics import METRICS, unit_problem
 from .spending import DEFAULT_SPENDING, Spending
-from .types import CompileSpec, GradCamSpec, Interval, SeedPlan
+from .types import CompileSpec, GradCamSpec, Interval
 
 __all__ = ["Check", "Value", "boolean", "choice", "integer", "number", "text"]
 
@@ -47,6 +47,7 @@ class Value:
 
 
 Check = Callable[[Value], Any]
+
 
 
 def is_int(v: Any) -> TypeGuard[int]:
@@ -111,36 +112,6 @@ def amp(v: Value) -> Any:
         v.value = "off"
     v.need(v.value in ("off", "bf16", "fp16"), "off, bf16 or fp16")
     return v.value
-
-
-def seeds(v: Value) -> Any:
-    """A list of distinct seeds (a fixed design: a tuple), or ``{min, max, step, first}`` (an
-    adaptive one: a :class:`~.types.SeedPlan`)."""
-    if isinstance(v.value, Mapping):
-        keys = SeedPlan.KEYS
-        unknown = [k for k in v.value if k not in keys]
-        if unknown:
-            raise fail(v.at(unknown[0]), f"seeds has no setting {unknown[0]!r}"
-                                         f"{suggest(unknown[0], keys)}; an adaptive design "
-                                         f"takes min, max, step and first")
-        for k, low in keys.items():
-            given = v.value.get(k)
-            if (k in v.value or k == "max") and (not is_int(given) or given < low):
-                raise fail(v.at(k), f"seeds {k} must be an integer >= {low}, got {given!r}"
-                                    + (" (give the most seeds a variant may get)"
-                                       if k == "max" and given is None else ""))
-        plan = SeedPlan(**{k: v.value[k] for k in keys if k in v.value})
-        if plan.max < plan.min:
-            raise fail(v.at("max"), f"seeds max ({plan.max}) is less than min "
-                                    f"({plan.min}); give max >= min")
-        return plan
-    if is_int(v.value):
-        v.value = [v.value]
-    v.need(isinstance(v.value, list) and len(v.value) > 0 and all(is_int(s) for s in v.value),
-           "a list of integers, or {min: N, max: N} for an adaptive design")
-    dup = sorted({s for s in v.value if v.value.count(s) > 1})
-    v.need(not dup, "a list of distinct integers", f" ({dup[0]} is listed twice)" if dup else "")
-    return tuple(v.value)
 
 
 def optimizer(v: Value) -> Any:
@@ -289,9 +260,9 @@ def compile_model(v: Value) -> Any:
 
 
 def decide_on(v: Value) -> Any:
-    """One of :data:`~.metrics.METRICS`, or ``{metric: NAME, goal: max | min}`` (any metric a
-    program logs; ``goal`` may be left out for a metric plugdrop knows), as its
-    :class:`~.metrics.Metric`."""
+    """One of :data:`~.metrics.METRICS`, or ``{metric: NAME, goal: max | min, unit: UNIT}``
+    (any metric a program logs; ``goal`` may be left out for a metric plugdrop knows, ``unit``,
+    the units the report names, for any other), as its :class:`~.metrics.Metric`."""
     if isinstance(v.value, Mapping):
         return _logged_metric(v)
     name = v.value if isinstance(v.value, str) else None
@@ -307,17 +278,19 @@ def decide_on(v: Value) -> Any:
 def _logged_metric(v: Value) -> Any:
     from .metrics import Metric
 
-    unknown = [k for k in v.value if k not in ("metric", "goal")]
+    unknown = [k for k in v.value if k not in Metric.KEYS]
     if unknown:
         raise fail(v.at(unknown[0]), f"decide_on has no setting {unknown[0]!r}"
-                                     f"{suggest(unknown[0], ('metric', 'goal'))}; it takes "
-                                     f"metric and goal")
-    name, goal = v.value.get("metric"), v.value.get("goal")
+                                     f"{suggest(unknown[0], Metric.KEYS)}; it takes metric, "
+                                     f"goal and unit")
+    name, goal, unit = v.value.get("metric"), v.value.get("goal"), v.value.get("unit")
     if not isinstance(name, str) or not name.strip() or name in ("epoch", "step"):
         raise fail(v.at("metric"), f"decide_on metric must be the name of a metric the "
                                    f"program logs (a key of its metrics lines), got {name!r}")
     if goal is not None and goal not in Metric.GOALS:
         raise fail(v.at("goal"), f"decide_on goal must be max or min, got {goal!r}")
+    if "unit" in v.value and (wrong := unit_problem(name, unit)) is not None:
+        raise fail(v.at("unit"), wrong)
     known = METRICS.get(name)
     if known is not None:
         if goal is not None and Metric.GOALS[goal] != known.higher_is_better:
@@ -328,7 +301,7 @@ def _logged_metric(v: Value) -> Any:
     if goal is None:
         raise fail(v.loc, f"decide_on: {name} is not a metric plugdrop knows: give its goal, "
                           f"{{metric: {name}, goal: max}} (higher is better) or goal: min")
-    return Metric.logged(name, Metric.GOALS[goal])
+    return Metric.logged(name, Metric.GOALS[goal], unit or "")
 
 
 def margin(v: Value) -> Any:

@@ -11,17 +11,37 @@ which the config carries to the runner's design and to the report.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .spending import DEFAULT_SPENDING, Spending
 
-__all__ = ["AUTO", "DecisionRule", "METRICS", "Metric", "PASSING"]
+__all__ = ["AUTO", "DecisionRule", "METRICS", "MOST_DIGITS", "Metric", "PASSING",
+           "supported_digits", "unit_problem"]
 
 #: the ``margin`` setting's value that stands for the metric's own margin
 AUTO = "auto"
 #: the ``passing`` setting's values: Holm (a decided variant's alpha goes to the open ones, the
 #: graphical approach of Maurer and Bretz) or Bonferroni (nothing is passed on)
 PASSING = ("holm", "bonferroni")
+#: the most decimals :func:`supported_digits` shows
+MOST_DIGITS = 6
+
+
+def supported_digits(spread: float | None, value: float | None = None) -> int:
+    """Decimals to show a value of a metric in its own units with, as far as its interval
+    supports them: the interval's half-width ``spread`` to 2 significant digits (a half-width
+    of 0.049: 3 decimals, ``0.490 [0.441, 0.539]``; of 3.2: 1, ``27.1 [23.9, 30.3]``; of 45
+    or more: none). Without a spread (one seed, or every seed alike) the value to 4
+    significant digits (``27.08``, ``0.4903``). Never fewer than 0 decimals nor more than
+    :data:`MOST_DIGITS`; 4 when neither says more."""
+    if spread is not None and math.isfinite(spread) and spread > 0:
+        wanted = 1 - math.floor(math.log10(spread))
+    elif value is not None and math.isfinite(value) and value != 0:
+        wanted = 3 - math.floor(math.log10(abs(value)))
+    else:
+        wanted = 4
+    return max(0, min(MOST_DIGITS, wanted))
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,8 @@ class Metric:
             ``None`` for a metric plugdrop does not know (``margin`` must be given).
         help: what it is, for the settings reference.
         custom: a metric plugdrop does not know, named by ``decide_on: {metric, goal}``.
+        own_unit: the units such a metric is logged in, as ``decide_on: {metric, goal,
+            unit}`` names them (``ms``, ``dB``); ``""`` when not given.
     """
 
     name: str
@@ -45,15 +67,18 @@ class Metric:
     auto_margin: float | None
     help: str
     custom: bool = False
+    own_unit: str = ""
 
     #: ``goal:`` of ``decide_on: {metric, goal}`` -> whether higher is better
     GOALS = {"max": True, "min": False}
+    #: the keys of ``decide_on: {metric, goal, unit}``
+    KEYS = ("metric", "goal", "unit")
 
     @classmethod
-    def logged(cls, name: str, higher_is_better: bool) -> Metric:
+    def logged(cls, name: str, higher_is_better: bool, unit: str = "") -> Metric:
         """A metric plugdrop does not know (a program logs it): shown as logged (scale 1),
-        without a margin of its own."""
-        return cls(name, higher_is_better, 1.0, None, "", custom=True)
+        in its ``unit`` when given, without a margin of its own."""
+        return cls(name, higher_is_better, 1.0, None, "", custom=True, own_unit=unit)
 
     @property
     def goal(self) -> str:
@@ -68,16 +93,32 @@ class Metric:
     @property
     def digits(self) -> int:
         """Digits shown: 2 in percentage points, 3 for a loss in nats, 4 for a metric plugdrop
-        does not know."""
+        does not know (where no interval sets them: :meth:`shown_digits`)."""
         return 4 if self.custom else 2 if self.percent else 3
+
+    def shown_digits(self, spread: float | None, value: float | None = None) -> int:
+        """Digits shown of a value in display units whose interval has the half-width
+        ``spread`` (``None``: no interval): :attr:`digits` for a metric plugdrop knows, as
+        many as the interval supports for one a program logs (:func:`supported_digits`)."""
+        return supported_digits(spread, value) if self.custom else self.digits
 
     @property
     def unit(self) -> str:
-        """``pp``, ``nats``, or ``""`` (a metric plugdrop does not know: its own units)."""
-        return "pp" if self.percent else "" if self.custom else "nats"
+        """``pp``, ``nats``, or a metric plugdrop does not know: the ``unit`` given with it
+        (``""`` when none was)."""
+        return "pp" if self.percent else self.own_unit if self.custom else "nats"
+
+    @property
+    def label(self) -> str:
+        """The unit the tables' headers name: ``pp`` for a fraction, the ``unit`` given with
+        a metric plugdrop does not know, else ``""`` (losses, and a metric given no unit)."""
+        return self.unit if self.percent or self.custom else ""
 
     def plain(self) -> str | dict[str, str]:
-        return {"metric": self.name, "goal": self.goal} if self.custom else self.name
+        if not self.custom:
+            return self.name
+        unit = {"unit": self.own_unit} if self.own_unit else {}
+        return {"metric": self.name, "goal": self.goal, **unit}
 
 
 def _metrics(*rows: tuple[str, bool, str]) -> dict[str, Metric]:
@@ -101,6 +142,21 @@ METRICS: dict[str, Metric] = _metrics(
                    "many training images as the validation set holds, with augment's "
                    "transform when set)"),
     ("val_acc_ema", True, "validation accuracy of the EMA weights (needs ema:)"))
+
+
+def unit_problem(name: str, unit: object) -> str | None:
+    """What is wrong with ``unit`` given in ``decide_on: {metric: name, unit: ...}`` (one line),
+    ``None`` when nothing is: a short name on one line (at most 20 characters), and only for a
+    metric plugdrop does not know (those of :data:`METRICS` have their own units)."""
+    known = METRICS.get(name)
+    if known is not None:
+        return (f"decide_on: {name} is a metric plugdrop knows, shown in {known.unit}: leave "
+                f"unit out")
+    if not isinstance(unit, str) or not unit.strip() or unit != " ".join(unit.split()) \
+            or len(unit) > 20:
+        return (f"decide_on unit must be a short name of the metric's units on one line (ms, dB, "
+                f"tokens/s), got {unit!r}")
+    return None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import MISSING
 from typing import Any
 
 from .schema import GROUPS, default, settings
+from .setting import JUDGES
 
 __all__ = ["BEGIN_MARK", "END_MARK", "flag_name", "reference", "write_section"]
 
@@ -50,10 +51,18 @@ def reference() -> str:
             flags = ([flag_name(name)] if s.flag is not None else []) + [
                 flag_name(f"{name}_{sub}") for sub in s.subflags]
             flag = ", ".join(f"`{f}`" for f in flags)
-            note = "" if s.hashed else " (not part of the config hash: may change on `--resume`)"
+            note = (" (not part of the config hash: may change on `--resume`)" if not s.hashed
+                    else " (*judges*: may change on `--resume`, every run kept and judged "
+                         "again)" if s.hashed == JUDGES else "")
             loop = " *loop*" if s.loop else ""
             lines.append(f"| `{name}` | `{shown}` | {flag} | {s.help}{note}{loop} |")
         lines.append("")
+    lines.append("*judges*: a setting that only judges the runs; changed on `--resume` (or "
+                 "by `plugdrop report --decide-on`), every run is kept and judged again, and "
+                 "the change is recorded in `ablation.json` and `decisions.jsonl` and said on "
+                 "the page: a metric chosen after seeing results is not what the error rate "
+                 "promises.")
+    lines.append("")
     lines.append("*loop*: a setting of plugdrop's own training loop, which a `program:` "
                  "replaces: with `program:` it does not apply, and giving it is an error.")
     lines.append("")

@@ -18,14 +18,15 @@ from typing import Any
 from ..data import AUGMENT_KEYS, DataSpec
 from . import checks as C
 from . import program as P
+from .seeds import seeds as seeds_check
 from .metrics import AUTO, METRICS, PASSING, DecisionRule, Metric
-from .setting import AWAY_FROM_DEFAULT, GROUPS, LOOP_GROUPS, Setting, setting
+from .setting import AWAY_FROM_DEFAULT, GROUPS, JUDGES, LOOP_GROUPS, Setting, setting
 from .spending import DEFAULT_SPENDING, Spending
 from .types import CompileSpec, GradCamSpec, Interval, SeedPlan, to_plain
 from .variants import Variant
 
 __all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "LOOP_GROUPS", "Setting", "default",
-           "fingerprint", "loop_settings", "resolved_default", "setting", "settings",
+           "fingerprint", "judging", "loop_settings", "resolved_default", "setting", "settings",
            "unhashed"]
 
 @dataclass(frozen=True)
@@ -49,6 +50,33 @@ class AblationConfig:
         None, group="Program", check=P.run_timeout, hashed=False,
         help="end a program that runs longer than this (`2h`, `30min`, `90s`): SIGTERM, then "
              "SIGKILL; the run fails saying so; none: no limit")
+    attach_to: P.AttachTo | None = setting(
+        None, group="Program", check=P.attach_to, hashed=AWAY_FROM_DEFAULT,
+        help="run a Python program (`[python, train.py, ...]`, `[python, -m, module, ...]`) "
+             "unedited under plugdrop's bootstrap, which attaches the run's variant to the "
+             "model that the first call of this factory returns and binds it to the first "
+             "optimizer over that model's parameters: `timm.create_model` (or `timm`, "
+             "`torchvision`, `transformers`), any dotted name (`mypkg.models.build`), a list, "
+             "or `{factory: NAME, steps: N}` (what schedules without `steps:` span); none: the "
+             "program attaches itself (`plugdrop.current_run()`)")
+    metrics_from: P.MetricsFrom | None = setting(
+        None, group="Program", check=P.metrics_from, hashed=JUDGES,
+        help="where the program already writes its metrics, read while it runs and when it "
+             "ends: `{csv: PATH}` (timm's summary.csv, Lightning's CSVLogger), `{json: PATH}` "
+             "(a list of records, JSON lines, the Hugging Face Trainer's trainer_state.json), "
+             "`{tensorboard: DIR}` or `{stdout: REGEX}` (named groups; `epoch`, `step` say "
+             "where); paths may use `{run_dir}`; none: the run contract's metrics file")
+    resume_args: P.ResumeArgs | None = setting(
+        None, group="Program", check=P.resume_args, hashed=False,
+        help="arguments added to `program:` when a run resumes, e.g. `[--resume, "
+             "'{run_dir}/train/last.pth.tar']`, or `{args: [...], if_exists: PATH}` (only "
+             "when that file exists)")
+    receipt: bool = setting(
+        True, group="Program", check=C.boolean, hashed=False,
+        help="a run of a variant with attachments must leave its receipt (`attached.json`, "
+             "written by `run.attach`, the callbacks and the bootstrap: the layers matched and "
+             "how often the hooks ran), else it fails saying its variant was not attached; "
+             "false for a program that applies the spec by other means")
     # -- model ------------------------------------------------------------------------------
     model: str = setting(
         "", group="Model", check=C.text("a timm model name (resnet18) or package.module:factory"),
@@ -141,7 +169,7 @@ class AblationConfig:
              "reported beside the raw model's")
     # -- runs -------------------------------------------------------------------------------
     seeds: tuple[int, ...] | SeedPlan = setting(
-        (0,), group="Runs", check=C.seeds, flag=int, many=True, subflags=("min", "max"),
+        (0,), group="Runs", check=seeds_check, flag=int, many=True, subflags=("min", "max"),
         help="a list of distinct integers (a fixed design: each trains every variant; the same "
              "seed, the same initial weights and data order), or `{min: 3, max: 12}` (an "
              "adaptive one: seeds in rounds, `step` more per round, `first` the first seed, "
@@ -175,14 +203,15 @@ class AblationConfig:
              "step. `false`: at epoch ends only")
     # -- decisions --------------------------------------------------------------------------
     decide_on: Metric = setting(
-        METRICS["val_acc"], group="Decisions", check=C.decide_on, hashed=AWAY_FROM_DEFAULT,
+        METRICS["val_acc"], group="Decisions", check=C.decide_on, hashed=JUDGES,
         shown="val_acc",
         help="the metric of the last epoch the verdicts compare: " + "; ".join(
             f"`{m.name}`, {m.help}" for m in METRICS.values()) + "; with `program:`, also "
-             "`{metric: NAME, goal: max | min}` for any metric the program logs (its last "
-             "logged value; required with `program:`)")
+             "`{metric: NAME, goal: max | min, unit: ms}` for any metric the program logs "
+             "(its last logged value; `unit` optional, shown in the table and on the page; "
+             "required with `program:`)")
     margin: float | str = setting(
-        AUTO, group="Decisions", check=C.margin, hashed=AWAY_FROM_DEFAULT,
+        AUTO, group="Decisions", check=C.margin, hashed=JUDGES,
         help="a difference smaller than this is no difference (equivalence), in the decision "
              "metric's units as shown: percentage points for accuracies, the calibration "
              "error and the gap, nats for losses, its own units for a metric a program logs "
@@ -191,14 +220,14 @@ class AblationConfig:
                   for m in METRICS.values()}, reverse=True)))
     alpha: float = setting(
         0.05, group="Decisions", check=C.number("in (0, 0.5)", lambda v: 0 < v < 0.5),
-        hashed=AWAY_FROM_DEFAULT,
+        hashed=JUDGES,
         help="the family-wise error rate of the verdicts, over every variant and every look")
     spending: Spending = setting(
-        DEFAULT_SPENDING, group="Decisions", check=C.spending, hashed=AWAY_FROM_DEFAULT,
+        DEFAULT_SPENDING, group="Decisions", check=C.spending, hashed=JUDGES,
         help="how an adaptive design spends each variant's alpha over the rounds: `obf`, "
              "`pocock`, `hsd(GAMMA)` or `first(SHARE)+hsd(GAMMA)` (`plugdrop plan` compares)")
     passing: str = setting(
-        "holm", group="Decisions", check=C.choice(*PASSING, close=True), hashed=AWAY_FROM_DEFAULT,
+        "holm", group="Decisions", check=C.choice(*PASSING, close=True), hashed=JUDGES,
         help="`holm`: a variant called better or worse passes its alpha on; `bonferroni`: not")
     # -- not settings: where the config came from -------------------------------------------
     source: str = "<config>"
@@ -291,10 +320,18 @@ class AblationConfig:
 
     @functools.cached_property
     def _hash(self) -> str:
+        return fingerprint(self._hashed(), settings())
+
+    def _hashed(self) -> dict[str, Any]:
         resolved = self.resolved()
         if self.program is not None:
             resolved["program_cwd"] = self.cwd
-        return fingerprint(resolved, settings())
+        return resolved
+
+    def judged_hash(self) -> str:
+        """The hash with the settings that only judge in it, as versions before 0.2 computed
+        :meth:`hash` (what their folders record; a search's fingerprint keeps them too)."""
+        return fingerprint(self._hashed(), settings(), judging=True)
 
     def attached_layers(self) -> list[Any]:
         """The selectors of every per-layer forward transform attached to outputs in any
@@ -324,13 +361,17 @@ def default(name: str) -> Any:
     return f.default
 
 
-def fingerprint(resolved: Mapping[str, Any], table: Mapping[str, Setting]) -> str:
+def fingerprint(resolved: Mapping[str, Any], table: Mapping[str, Setting], *,
+                judging: bool = False) -> str:
     """The hash of a resolved config under the settings ``table``: the settings that do not
-    change results are left out, and those added later when at their default."""
+    change results are left out, those added later when at their default, and those that only
+    judge (:data:`~.setting.JUDGES`); ``judging=True``: those hashed as versions before 0.2
+    did, away from their defaults (what a folder of theirs records)."""
     r = dict(resolved)
     for name, s in table.items():
-        if s.hashed is False or (s.hashed == AWAY_FROM_DEFAULT
-                                 and r.get(name) == resolved_default(name)):
+        later = s.hashed == AWAY_FROM_DEFAULT or (judging and s.hashed == JUDGES)
+        if s.hashed is False or (s.hashed == JUDGES and not judging) or (
+                later and r.get(name) == resolved_default(name)):
             r.pop(name, None)
     blob = json.dumps(r, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -350,3 +391,9 @@ def loop_settings() -> list[str]:
 def unhashed() -> list[str]:
     """The settings that do not change results (out, device, workers, log, ...)."""
     return [name for name, s in settings().items() if s.hashed is False]
+
+
+def judging() -> list[str]:
+    """The settings that only judge the runs (:data:`~.setting.JUDGES`): the decision metric,
+    margin, alpha, spending, passing and where a program's metrics are read."""
+    return [name for name, s in settings().items() if s.hashed == JUDGES]

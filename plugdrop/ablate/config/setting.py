@@ -8,7 +8,7 @@ from typing import Any
 
 from . import checks as C
 
-__all__ = ["AWAY_FROM_DEFAULT", "GROUPS", "LOOP_GROUPS", "Setting", "setting"]
+__all__ = ["AWAY_FROM_DEFAULT", "GROUPS", "JUDGES", "LOOP_GROUPS", "Setting", "setting"]
 
 #: the groups of the settings reference, in order
 GROUPS = ("Program", "Model", "Data", "Optimization", "Runs", "Decisions")
@@ -32,7 +32,9 @@ class Setting:
             folder refuses ``--resume`` under a config whose hash differs): ``True``,
             ``False``, or :data:`AWAY_FROM_DEFAULT` for a setting added after ablation
             folders existed: it enters the hash only when set to another value than its
-            default, so that the folders of earlier versions still resume.
+            default, so that the folders of earlier versions still resume; :data:`JUDGES`
+            for a setting that judges the runs only (changed on ``--resume``, the runs are
+            kept and judged again).
         shown: the default as the reference shows it, when the value alone says too little.
         loop: a setting of plugdrop's own training loop (the model, the data, the optimizer,
             ...), which a ``program:`` replaces: giving it with ``program:`` is an error.
@@ -51,6 +53,11 @@ class Setting:
 
 #: :attr:`Setting.hashed` of a setting that enters the hash only away from its default
 AWAY_FROM_DEFAULT = "away from its default"
+#: :attr:`Setting.hashed` of a setting that only judges the runs (the decision metric, its
+#: goal, margin and error rate): not in the hash, so that changing it keeps every run and
+#: decides again; versions before 0.2 hashed it away from its default (the folders they
+#: made are recognized by :func:`~.schema.fingerprint` with ``judging=True``)
+JUDGES = "judges only"
 
 
 def setting(default: Any = MISSING, *, help: str, group: str, check: C.Check | None,

@@ -13,18 +13,19 @@ can hold nothing but data (no pickle: see ``SECURITY.md``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .. import runs
 from ..errors import ConfigError
+from .seeds import STORED
 from .loader import loads, parse
-from .overrides import restored_override
-from .schema import AblationConfig, resolved_default
+from .overrides import Override, restored_override
+from .schema import AblationConfig, judging, resolved_default
 
-__all__ = ["CONFIG_FILE", "DESIGN_SETTINGS", "FORMAT", "as_recorded", "legacy_design",
+__all__ = ["CONFIG_FILE", "DESIGN_SETTINGS", "FORMAT", "as_recorded", "legacy_design", "rejudged",
            "load_settings", "load_stored", "restore", "save_config", "stored"]
 
 #: the stored config's file in an ablation folder
@@ -63,18 +64,43 @@ def restore(data: Any, where: str, want_hash: str | None = None) -> AblationConf
         raise ConfigError(f"{where}: not a config stored by this version of plugdrop; run "
                           f"plugdrop ablate CONFIG --out FOLDER --resume to write it again")
     overrides = [restored_override(o, where) for o in data["overrides"]]
+    token = STORED.set(True)
     try:
         cfg = loads(data["text"], data["source"], overrides)
     except ConfigError as e:
         raise ConfigError(f"{where}: the stored config fails its checks ({e})") from None
+    finally:
+        STORED.reset(token)
     cwd = data.get("cwd")
     cfg = replace(cfg, origin={**cfg.origin, "cwd": cwd if isinstance(cwd, str) else None})
     for expected in (data.get("config_hash"), want_hash):
-        if expected is not None and cfg.hash() != expected:
+        # a folder of a version before 0.2 records the hash with the judging settings in
+        if expected is not None and expected not in (cfg.hash(), cfg.judged_hash()):
             raise ConfigError(f"{where}: the stored config is not the one this ablation "
                               f"started with (hash {cfg.hash()}, expected {expected}); run "
                               f"plugdrop ablate CONFIG --out FOLDER --resume to write it again")
     return cfg
+
+
+def rejudged(cfg: AblationConfig, overrides: Sequence[Override], where: str
+             ) -> AblationConfig:
+    """``cfg`` with ``overrides`` of the settings that only judge (``decide_on``, ``margin``,
+    ...): what ``plugdrop report --decide-on`` reports the runs under.
+
+    Raises:
+        ConfigError: an override fails its check, or sets what changes the runs themselves.
+    """
+    others = [o for o in overrides if str(o.path).split(".")[0] not in judging()]
+    if others:
+        raise ConfigError(f"{where}: {others[0].path} changes the runs themselves; a report "
+                          f"judges the runs again under {', '.join(judging())} only")
+    try:
+        new = loads(cfg.origin.get("text", ""), cfg.source,
+                    [*(restored_override(o, where) for o in cfg.origin.get("overrides", [])),
+                     *overrides])
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return replace(new, origin={**new.origin, "cwd": cfg.cwd})
 
 
 def save_config(out: Path, cfg: AblationConfig) -> None:

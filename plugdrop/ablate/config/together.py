@@ -39,7 +39,14 @@ def _check_program(cfg: AblationConfig) -> None:
             raise ConfigError(f"{cfg.loc('run_timeout')}: run_timeout ends a program that "
                               f"runs too long; it needs program: (plugdrop's own loop "
                               f"stops on a signal)")
+        for key in ("attach_to", "metrics_from", "resume_args"):
+            if getattr(cfg, key) is not None:
+                raise ConfigError(f"{cfg.loc(key)}: {key} is a setting of a training program "
+                                  f"of your own: it needs program: (plugdrop's own loop "
+                                  f"attaches, logs and resumes by itself)")
         return
+    if cfg.attach_to is not None:
+        _check_attach_to(cfg)
     if "decide_on" not in cfg.locs:
         raise ConfigError(f"{cfg.loc('program')}: with program:, say which metric the verdicts "
                           f"compare, as the program logs it: decide_on: {{metric: NAME, goal: "
@@ -50,6 +57,30 @@ def _check_program(cfg: AblationConfig) -> None:
                           f"plugdrop knows, so it has no margin of its own: give margin: in "
                           f"its units (the smallest difference that counts, e.g. margin: "
                           f"0.005)")
+
+
+def _check_attach_to(cfg: AblationConfig) -> None:
+    """``attach_to`` runs a Python program under the bootstrap: ``[python, SCRIPT, ...]`` or
+    ``[python, -m, MODULE, ...]``, and every schedule has a length."""
+    from .program import python_target
+
+    assert cfg.program is not None and cfg.attach_to is not None
+    if python_target(cfg.program.argv) is None:
+        raise ConfigError(f"{cfg.loc('attach_to')}: attach_to runs a Python program under "
+                          f"plugdrop's bootstrap: program: must be [python, SCRIPT, ...] or "
+                          f"[python, -m, MODULE, ...] (interpreter options such as -u may "
+                          f"come first), not {cfg.program}; or attach in the program itself "
+                          f"(plugdrop.current_run().attach(model)) and leave attach_to out")
+    if cfg.attach_to.steps is None:
+        for v in cfg.variants:
+            for a in v.attachments:
+                for key, kind in a.needs_steps.items():
+                    raise ConfigError(
+                        f"{a.loc or v.loc}: variant {v.name!r}: {a.transform} {key}: the "
+                        f"{kind} schedule takes its length from the training, which the "
+                        f"bootstrap of attach_to cannot know: give it steps: (the optimizer "
+                        f"steps of the training), or attach_to: {{factory: "
+                        f"{cfg.attach_to.factories[0]}, steps: N}}")
 
 
 def check_classes(cfg: AblationConfig, data_name: str, classes: int) -> None:

@@ -23,10 +23,19 @@ from typing import Any
 
 import plugdrop as pd
 
-from ..config import AblationConfig, Variant
+import sys
+
+from ..config import AblationConfig, AttachTo, Variant
+from ..config.program import python_target
 from ..errors import ConfigError
 
-__all__ = ["RunPaths", "check_can_start", "check_spec_files", "environment", "spec_text"]
+__all__ = ["BOOTSTRAP", "BOOTSTRAP_ENV", "RunPaths", "argv_of", "check_can_start",
+           "check_spec_files", "environment", "spec_item_lines", "spec_text"]
+
+#: the module a program of ``attach_to:`` runs under (``python -m plugdrop.bootstrap``)
+BOOTSTRAP = "plugdrop.bootstrap"
+#: the variables the bootstrap reads (never passed on from plugdrop's own environment)
+BOOTSTRAP_ENV = ("PLUGDROP_ATTACH_TO", "PLUGDROP_ATTACH_STEPS")
 
 #: interpreters whose first argument that is not an option is the script they run
 _INTERPRETER = re.compile(r"(python[0-9.]*|pypy[0-9.]*|bash|sh|zsh|dash|ksh|Rscript|julia|"
@@ -54,15 +63,21 @@ class RunPaths:
 
 
 def environment(base: Mapping[str, str], run_id: str, variant: str, seed: int,
-                paths: RunPaths, resumed: bool) -> dict[str, str]:
-    """The program's environment: ``base`` (this process's) with the contract's variables,
-    and ``PYTHONUNBUFFERED=1`` unless set (so that its logs hold what it printed before a
-    kill)."""
-    env = dict(base)
+                paths: RunPaths, resumed: bool, attach_to: AttachTo | None = None
+                ) -> dict[str, str]:
+    """The program's environment: ``base`` (this process's) with the contract's variables
+    (those of the bootstrap too, with ``attach_to``), and ``PYTHONUNBUFFERED=1`` unless set (so
+    that its logs hold what it printed before a kill)."""
+    env = {k: v for k, v in base.items() if k not in BOOTSTRAP_ENV}
     env.update({"PLUGDROP_SEED": str(seed), "PLUGDROP_VARIANT": variant,
                 "PLUGDROP_SPEC": str(paths.spec), "PLUGDROP_RUN_DIR": str(paths.run_dir),
                 "PLUGDROP_METRICS": str(paths.metrics),
-                "PLUGDROP_RESUME": "1" if resumed else "0", "PLUGDROP_RUN_ID": run_id})
+                "PLUGDROP_RESUME": "1" if resumed else "0", "PLUGDROP_RUN_ID": run_id,
+                "PLUGDROP_RECEIPT": str(paths.metrics.parent / "attached.json")})
+    if attach_to is not None:
+        env["PLUGDROP_ATTACH_TO"] = ",".join(attach_to.factories)
+        if attach_to.steps is not None:
+            env["PLUGDROP_ATTACH_STEPS"] = str(attach_to.steps)
     assert set(pd.run.ENV) <= set(env), "the contract and the library disagree"
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -92,6 +107,32 @@ def _dump(value: Any, level: int) -> str:
         mantissa, e, exponent = text.partition("e")
         return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
     return json.dumps(value)
+
+
+def spec_item_lines(variant: Variant) -> list[int]:
+    """The line (from 1) of :func:`spec_text` at which each attachment of ``variant`` starts:
+    what maps a place the library names in the spec file back to the user's config."""
+    starts, line = [], 2
+    for a in variant.attachments:
+        starts.append(line)
+        line += _dump(pd.spec.plain(a.describe()), 1).count("\n") + 1
+    return starts
+
+
+def argv_of(cfg: AblationConfig, argv: Sequence[str]) -> list[str]:
+    """The arguments a run's program starts with, from ``program:`` as rendered: ``python``
+    or ``python3`` as its first word is the interpreter that runs plugdrop (another one is
+    named by its path or version, ``python3.11``); with ``attach_to``, the script or module
+    runs under the bootstrap (``python [OPTIONS] -m plugdrop.bootstrap SCRIPT ARGS``)."""
+    out = list(argv)
+    if out and out[0] in ("python", "python3"):
+        out[0] = sys.executable
+    if cfg.attach_to is not None:
+        target = python_target(out)
+        if target is not None:
+            opts, rest = target
+            out = [out[0], *opts, "-m", BOOTSTRAP, *rest]
+    return out
 
 
 def check_spec_files(cfg: AblationConfig) -> None:
@@ -126,9 +167,9 @@ def check_can_start(cfg: AblationConfig, env: Mapping[str, str] | None = None) -
         raise ConfigError(f"{where}: program: its working directory {cwd or '(unknown)'} does "
                           f"not exist on {host} (the program runs in the folder plugdrop "
                           f"ablate was started in); start it from a folder every machine has")
-    argv = cfg.program.render(seed=0, variant="baseline", spec="spec.yaml", run_dir="work",
-                              metrics="metrics.jsonl")
-    exe = argv[0]
+    rendered = cfg.program.render(seed=0, variant="baseline", spec="spec.yaml", run_dir="work",
+                                  metrics="metrics.jsonl")
+    exe = argv_of(cfg, rendered)[0]
     path = (env if env is not None else os.environ).get("PATH", os.defpath)
     if "/" in exe:
         full = Path(cwd, exe)
@@ -150,7 +191,7 @@ def check_can_start(cfg: AblationConfig, env: Mapping[str, str] | None = None) -
     elif shutil.which(exe, path=path) is None:
         raise ConfigError(f"{where}: program: {exe!r} is not found on PATH on {host}; give "
                           f"its full path, or install it (python: {_this_python()})")
-    script = _script(argv)
+    script = _script(rendered)
     if script is not None and not Path(cwd, script).is_file():
         raise ConfigError(f"{where}: program: {os.path.basename(exe)} is given the script "
                           f"{script}, which does not exist in {cwd} on {host} (the program "

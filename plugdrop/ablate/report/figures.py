@@ -36,7 +36,8 @@ def plot_forest(summary: Sequence[VariantSummary], baseline: str | None) -> byte
                 color=color, va="bottom")
     ax.set_yticks(range(len(shown)), [s.variant for s, _ in reversed(shown)], fontsize=8)
     ax.set_ylim(-0.6, len(shown) - 0.2)
-    unit = " (pp)" if shown[0][0].rule.metric.percent else ""
+    label = shown[0][0].rule.metric.label
+    unit = f" ({label})" if label else ""
     ax.set_xlabel(f"final {shown[0][0].metric} minus {baseline}'s{unit}")
     ax.set_title("Verdicts: differences to the baseline with their intervals")
     ax.grid(alpha=0.3, axis="x")

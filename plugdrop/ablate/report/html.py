@@ -32,13 +32,14 @@ def render(f: Facts, text_table: str) -> bytes:
     design = (f"adaptive: {cfg.plan.min} to {cfg.plan.max} seeds, alpha {rule.alpha:g}, "
               f"margin {rule.margin:g}" if cfg.plan is not None
               else f"fixed: seeds {list(cfg.seed_list)}")
+    own = f" ({e(rule.metric.own_unit)})" if rule.metric.own_unit else ""  # a program's unit
     parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>plugdrop ablation: {e(ab.out.name)}</title><style>{STYLE}</style>"
              f"</head><body>",
              f"<h1>Ablation <code>{e(ab.out)}</code></h1>",
              f"<p class=\"meta\">{e(ab.trains)}; "
              f"{len(ab.variants)} variants; {e(design)}; decided on "
-             f"{e(rule.metric.name)}; {c[FINISHED]} runs finished, "
+             f"{e(rule.metric.name)}{own}; {c[FINISHED]} runs finished, "
              f"{c[FAILED]} failed, {c[INCOMPLETE]} incomplete; built "
              f"{_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}.</p>"]
     for s in f.sections:

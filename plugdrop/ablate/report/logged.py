@@ -14,13 +14,14 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.metrics import supported_digits
 from ..runs import POSITION, logged_names, number
 from .plots import figure, plotted_runs, png
 from ..results import FAILED, FINISHED, Ablation
 from ..decide.stats import Interval, mean_ci
 
-__all__ = ["MOST_CURVES", "TEXT_METRICS", "csv_bytes", "final_values", "metrics_of",
-           "plot_curves", "text_lines"]
+__all__ = ["MOST_CURVES", "TEXT_METRICS", "cell", "csv_bytes", "final_values", "header",
+           "metrics_of", "plot_curves", "text_lines"]
 
 #: at most so many metrics get a learning curve (the others are in results.csv and .json)
 MOST_CURVES = 30
@@ -74,10 +75,16 @@ def _last_values(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def _cell(iv: Interval, name: str, ab: Ablation) -> str:
-    """A final value as logged (4 decimals; the main table shows the decision metric in its
-    display units)."""
-    return iv.format(1.0, 4)
+def cell(iv: Interval) -> str:
+    """A final value as logged, to the digits its interval supports
+    (:func:`~plugdrop.ablate.config.supported_digits`): ``"27.1 [23.9, 30.3]"``."""
+    return iv.format(1.0, supported_digits(iv.half_width, iv.mean))
+
+
+def header(ab: Ablation, name: str) -> str:
+    """A metric's column header: its name, and the decision metric's ``unit`` when given."""
+    own = ab.config.decide_on.own_unit if name == ab.config.decide_on.name else ""
+    return f"{name} ({own})" if own else name
 
 
 def text_lines(ab: Ablation, confidence: float = 0.95,
@@ -91,16 +98,16 @@ def text_lines(ab: Ablation, confidence: float = 0.95,
         return []
     rows_of = list(ab.variants if variants is None else variants)
     cols = names[:TEXT_METRICS]
-    header = ["variant", *cols]
-    rows = [[v, *(_cell(values[v][n], n, ab) for n in cols)] for v in rows_of if v in values]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    heads = ["variant", *(header(ab, n) for n in cols)]
+    rows = [[v, *(cell(values[v][n]) for n in cols)] for v in rows_of if v in values]
+    widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
     fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     conf = round(100 * confidence)
     more = len(names) - len(cols)
     return ["", f"Final values of the metrics the program logged (each run's last value; mean "
                 f"over the finished seeds [{conf}% CI])"
                 + (f"; {more} more metrics in results.json and report.html" if more > 0 else "")
-                + ":", fmt(header), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]
+                + ":", fmt(heads), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]
 
 
 def csv_bytes(ab: Ablation) -> bytes:

@@ -1,7 +1,8 @@
 """What the table (:mod:`.table`) and the page (:mod:`.html`) say about an adaptive design's
-decisions besides the verdicts: the legend of the procedure that ran (:func:`legend`), and the
-notes (:func:`notes`): for each variant left inconclusive or open, about how many seeds an
-effect of the size observed would need, and the warnings about skewed differences."""
+decisions besides the verdicts: the legend of the procedure that ran (:func:`legend`), the
+runs it trained against a fixed design's (:func:`savings`), and the notes (:func:`notes`):
+for each variant left inconclusive or open, about how many seeds an effect of the size
+observed would need, and the warnings about skewed differences."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Sequence
 
 from ..decide.decision import INCONCLUSIVE, OPEN, Decision
 from ..decide.legacy import PROCEDURE as LEGACY
-from .summary import VariantSummary
+from .summary import VariantSummary, open_verdict, saved_runs
 
-__all__ = ["legend", "notes", "procedure"]
+__all__ = ["legend", "notes", "procedure", "savings"]
 
 
 def procedure(summary: Sequence[VariantSummary]) -> str | None:
@@ -51,6 +52,24 @@ def legend(summary: Sequence[VariantSummary], baseline: str | None, unit: str) -
             f"inconclusive at the maximum seeds; open: more seeds to come."]
 
 
+def savings(summary: Sequence[VariantSummary], finished: int) -> str | None:
+    """The runs an adaptive design trained against a fixed design with its maximum seeds
+    (``None``: a fixed design). While a variant is still open (the design runs, or was
+    stopped), ``finished`` (the runs that finished, as the folder says) of those it asked for
+    so far, and at most how many it saves."""
+    saved = saved_runs(summary)
+    if saved is None:
+        return None
+    used, fixed = saved
+    most = summary[0].seeds_max
+    if any(open_verdict(s) for s in summary):
+        return (f"The adaptive design has finished {finished} of the {used} runs it asked for "
+                f"so far; a fixed design with {most} seeds per variant trains {fixed}: at most "
+                f"{fixed - used} runs saved.")
+    return (f"The adaptive design trained {used} runs; a fixed design with {most} seeds per "
+            f"variant trains {fixed}: {fixed - used} runs saved.")
+
+
 def notes(summary: Sequence[VariantSummary]) -> list[str]:
     """The forecast of each variant left inconclusive or open, and the skewness warnings
     (one line each; none when there is nothing to say)."""
@@ -76,8 +95,11 @@ def notes(summary: Sequence[VariantSummary]) -> list[str]:
 def _forecast(s: VariantSummary, d: Decision) -> str | None:
     if d.verdict not in (INCONCLUSIVE, OPEN) or d.n < 2 or not d.mean:
         return None
-    mean = d.shown()[0] or 0.0
-    size = format(round(mean, s.digits) or 0.0, f"+.{s.digits}f") + f" {s.rule.metric.unit}"
+    mean, low, high = d.shown()
+    mean = mean or 0.0
+    digits = s.shown_digits(low, high, mean)
+    unit = s.rule.metric.unit
+    size = format(round(mean, digits) or 0.0, f"+.{digits}f") + (f" {unit}" if unit else "")
     state = "stays inconclusive" if d.verdict == INCONCLUSIVE else "is still open"
     need = (f"about {d.forecast} seeds" if d.forecast is not None
             else "more than 10,000 seeds")

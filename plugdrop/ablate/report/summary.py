@@ -52,10 +52,14 @@ class VariantSummary:
         iqm, p_improve: robust summaries of the decision metric (:mod:`.robust`).
         seeds_used, seeds_max: an adaptive design's seeds for this variant and its maximum.
         epoch_time: median seconds per epoch, each run's first epoch left out (warm-up); of
-            a ``program:``'s runs, the median seconds of a finished run.
+            a ``program:``'s runs, the median seconds of a finished run (``run_time`` in
+            ``results.json``).
         time_ratio: ``epoch_time`` over the baseline's.
         time_with_first: whether the runs had only a first epoch, so ``epoch_time`` includes it.
         failures: ``(run id, one-line error)`` of each failed run.
+        records_acc: whether the runs record ``val_acc`` (plugdrop's trainer does; a program
+            only when it logs it); without it ``final``, ``best`` and ``diff_acc`` say nothing
+            and ``results.json`` leaves them out.
     """
 
     variant: str
@@ -86,6 +90,7 @@ class VariantSummary:
     #: time per epoch: a program's)
     time_unit: str = "epoch"
     failures: list[tuple[str, str]] = field(default_factory=list)
+    records_acc: bool = True
 
     @property
     def metric(self) -> str:
@@ -114,8 +119,26 @@ class VariantSummary:
 
     @property
     def digits(self) -> int:
-        """Digits shown of the decision metric: 2 in percent, 3 for a loss in nats."""
+        """Digits shown of the decision metric: 2 in percent, 3 for a loss in nats (a
+        program's metric: as its interval supports, :meth:`shown_digits`)."""
         return self.rule.metric.digits
+
+    def shown_digits(self, low: float | None, high: float | None, value: float | None) -> int:
+        """Digits shown of a value of the decision metric in display units with its
+        interval ``[low, high]`` (:meth:`~plugdrop.ablate.config.Metric.shown_digits`)."""
+        spread = None if low is None or high is None else (high - low) / 2
+        return self.rule.metric.shown_digits(spread, value)
+
+    def cell(self, iv: Interval | Robust | None) -> str:
+        """An interval of the decision metric (its final value's, its IQM's) as a table cell
+        in display units, to the digits it supports: ``"0.490 [0.441, 0.539]"`` or ``"-"``."""
+        if iv is None:
+            return "-"
+        scale = self.rule.metric.scale
+        value = iv.mean if isinstance(iv, Interval) else iv.value
+        return iv.format(scale, self.shown_digits(
+            None if iv.low is None else iv.low * scale,
+            None if iv.high is None else iv.high * scale, value * scale))
 
     def versus(self) -> tuple[float, float | None, float | None] | None:
         """``(mean, low, high)`` of the decision metric minus the baseline's, in display units
@@ -140,32 +163,47 @@ class VariantSummary:
         v = self.versus()
         if v is None:
             return "-"
-        digits = self.digits
-        num = lambda x: format(round(x, digits) or 0.0, f"+.{digits}f")  # noqa: E731
         mean, low, high = v
+        digits = self.shown_digits(low, high, mean)
+        num = lambda x: format(round(x, digits) or 0.0, f"+.{digits}f")  # noqa: E731
         return num(mean) if low is None or high is None else \
             f"{num(mean)} [{num(low)}, {num(high)}]"
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-able fields, the statistics included."""
+        """Plain JSON-able fields, the statistics included. The decision metric's final value
+        is ``final_metric``, and for a metric a program logs also ``final_<its name>``; the
+        accuracies (``final_acc``, ``best_acc``, their EMA and differences) only when the runs
+        record ``val_acc`` (else ``left_out`` says so); the time is ``epoch_time`` (seconds
+        per epoch) or, of runs that record no epochs (a program's), ``run_time`` (seconds per
+        finished run)."""
 
         def opt(x: Any) -> dict[str, object] | None:
             return x.as_dict() if x is not None else None
 
+        acc: dict[str, Any] = {
+            "final_acc": self.final.as_dict(), "best_acc": self.best.as_dict(),
+            "final_acc_ema": opt(self.final_ema), "best_acc_ema": opt(self.best_ema)}
+        diff_acc: dict[str, Any] = {"diff_final_acc": opt(self.diff_acc),
+                                    "diff_final_acc_ema": opt(self.diff_ema)}
+        if not self.records_acc:
+            acc = {"left_out": "final_acc, best_acc and their differences: the runs log no "
+                               "val_acc"}
+            diff_acc = {}
+        own = {f"final_{self.metric}": opt(self.decided)} if self.rule.metric.custom else {}
+        time: dict[str, Any] = (
+            {"epoch_time": self.epoch_time, "time_vs_baseline": self.time_ratio,
+             "epoch_time_includes_first_epoch": self.time_with_first}
+            if self.time_unit == "epoch" else
+            {"run_time": self.epoch_time, "time_vs_baseline": self.time_ratio})
         return {"variant": self.variant, "baseline": self.is_baseline, "runs": self.runs,
                 "finished": self.finished, "failed": self.failed,
-                "incomplete": self.incomplete, "final_acc": self.final.as_dict(),
-                "best_acc": self.best.as_dict(), "final_acc_ema": opt(self.final_ema),
-                "best_acc_ema": opt(self.best_ema), "decide_on": self.metric,
-                "final_metric": opt(self.decided), "diff": opt(self.diff),
-                "diff_final_acc": opt(self.diff_acc),
-                "diff_final_acc_ema": opt(self.diff_ema), "verdict": self.verdict,
+                "incomplete": self.incomplete, **acc, "decide_on": self.metric,
+                "final_metric": opt(self.decided), **own, "diff": opt(self.diff),
+                **diff_acc, "verdict": self.verdict,
                 "p_adjusted": self.p_adjusted, "decision": opt(self.decision),
                 "seeds_used": self.seeds_used, "seeds_max": self.seeds_max,
                 "iqm": opt(self.iqm), "probability_of_improvement": opt(self.p_improve),
-                "epoch_time": self.epoch_time, "time_vs_baseline": self.time_ratio,
-                "epoch_time_includes_first_epoch": self.time_with_first,
-                "failures": [{"id": i, "error": e} for i, e in self.failures]}
+                **time, "failures": [{"id": i, "error": e} for i, e in self.failures]}
 
 
 def _by_seed(runs: Iterable[Run], pick: str, key: str) -> dict[int, float]:
@@ -227,6 +265,7 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
     # the runs' records say how long they took: per epoch (plugdrop's trainer), else per run
     per_epoch = "epochs" in ab.sections
     timed = _epoch_time if per_epoch else _run_time
+    records_acc = per_epoch or any("val_acc" in m for r in ab.runs for m in r.metrics)
     base_time, _ = timed([r for r in base_runs if r.status != FAILED])
     out = []
     for v, runs in by_variant.items():
@@ -264,7 +303,8 @@ def summarize(ab: Ablation, confidence: float = 0.95) -> list[VariantSummary]:
             seeds_max=design.plan.max if design is not None else None,
             epoch_time=t, time_ratio=t / base_time if t is not None and base_time else None,
             time_with_first=with_first, time_unit="epoch" if per_epoch else "run",
-            failures=[(r.id, failure(r)) for r in runs if r.status == FAILED]))
+            failures=[(r.id, failure(r)) for r in runs if r.status == FAILED],
+            records_acc=records_acc))
     if replay is None:  # a fixed design: Holm over the variants
         others = [s for s in out if s.diff is not None]
         for s, p in zip(others, holm([s.diff.p for s in others])):  # type: ignore[union-attr]

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from ..results import FAILED, FINISHED, INCOMPLETE, Ablation
 from .cells import format_table, seeds_cell, time_cell
-from .notes import notes
+from .notes import notes, savings
 from .sections import Facts, facts
 from .shown import rest_line
-from .summary import VariantSummary, failure, open_verdict, run_counts, saved_runs
+from .summary import VariantSummary, failure, run_counts
 
 __all__ = ["LISTED", "table"]
 
@@ -33,14 +33,14 @@ def table(ab: Ablation, summary: Sequence[VariantSummary], f: Facts | None = Non
     has_base = ab.baseline is not None and any(s.is_baseline for s in summary)
     rule = ab.config.decision
     metric, scale = rule.metric.name, rule.metric.scale
-    unit = "pp" if rule.metric.percent else ""
+    unit = rule.metric.label
     adaptive = bool(summary) and summary[0].seeds_max is not None
-    shown = metric.replace("_", " ") + (" %" if scale == 100.0 else "")
+    shown = metric.replace("_", " ") + (" %" if scale == 100.0 else
+                                        f" ({unit})" if unit else "")
     per = summary[0].time_unit if summary else "run"
     columns = [c for s in f.sections for c in s.columns(f, page=False)]
     if not any(s.shows_metric == metric for s in f.sections):
-        columns.append((f"final {shown}", lambda s: s.decided.format(scale, s.digits)
-                        if s.decided is not None else "-"))
+        columns.append((f"final {shown}", lambda s: s.cell(s.decided)))
     header = ["variant", "seeds done" if adaptive else "runs done", *(h for h, _ in columns)]
     if has_base:
         header += [f"vs {ab.baseline}" + (f" ({unit})" if unit else ""), "p adj.", "verdict"]
@@ -64,14 +64,9 @@ def table(ab: Ablation, summary: Sequence[VariantSummary], f: Facts | None = Non
         lines += section.note(f)
     for section in f.sections:
         lines += section.text(f)
-    saved = saved_runs(summary)
+    saved = savings(summary, c[FINISHED])
     if saved is not None:
-        used, fixed = saved
-        still = any(open_verdict(s) for s in summary)
-        lines += ["", f"The adaptive design {'has trained' if still else 'trained'} {used} "
-                      f"runs{' so far' if still else ''}; a fixed design with "
-                      f"{summary[0].seeds_max} seeds per variant trains {fixed}: "
-                      f"{fixed - used} runs saved."]
+        lines += ["", saved]
         lines += [""] + design_notes if (design_notes := notes(summary)) else []
     lines += _runs_lines(ab, adaptive)
     return "\n".join(lines)

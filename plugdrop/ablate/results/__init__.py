@@ -3,9 +3,11 @@
 run (:func:`load_run`), and the values a design decides on (:mod:`.values`). The driver reads a
 run here when it ends, the report reads the whole folder: both see a run the same way."""
 
-from .read import (FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, Run, as_dict, as_list,
-                   load_ablation, load_run, number)
+from .manifest import accepted_hashes
+from .read import (FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, Run,
+                   as_dict, as_list, load_ablation, load_run, number)
 from .values import Values, decision_values, run_value
 
-__all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "Values", "as_dict",
+__all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "Values",
+           "accepted_hashes", "as_dict",
            "as_list", "decision_values", "load_ablation", "load_run", "number", "run_value"]

@@ -16,13 +16,15 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
-from ..runs import FAILED, FINISHED, INCOMPLETE, number, read_records
+from .manifest import accepted_hashes, changed, sections_of, trains_of
+from ..runs import FAILED, FINISHED, INCOMPLETE, finite, number, read_records
 from ..runs import run_id as _run_id
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
@@ -65,6 +67,8 @@ class Run:
     failed_epoch: int | None = None
     gradcam: Path | None = None
     started: bool = False
+    #: the receipt of what the run's program attached (``attached.json``), or ``None``
+    attached: dict[str, Any] | None = None
 
     def final(self, key: str) -> float | None:
         """``key`` of the last epoch (the last record that holds it), ``None`` when
@@ -114,6 +118,10 @@ class Ablation:
     warnings: list[str] = field(default_factory=list)
     trains: str = ""
     sections: tuple[str, ...] = ()
+    #: the hashes the folder's runs recorded before a version changed how it is computed
+    earlier_hashes: tuple[str, ...] = ()
+    #: each change of the settings that judge, made on a resume after runs had ended
+    judging_changes: list[dict[str, Any]] = field(default_factory=list)
     #: what the report computed of these runs once (its own business; a copy starts empty)
     memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -176,6 +184,7 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
         raise _not_ablation(path, "no list of runs")
     config_hash = doc.get("config_hash")
     config_hash = config_hash if isinstance(config_hash, str) else None
+    earlier = tuple(h for h in as_list(doc.get("earlier_hashes")) if isinstance(h, str))
     cfg, warning = (cfg, None) if cfg is not None else load_settings(out)
     ab = Ablation(out=out, config=cfg, config_hash=config_hash,
                   variants=[v for v in as_list(doc.get("variants")) if isinstance(v, str)],
@@ -183,44 +192,28 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
                   seeds=[s for s in as_list(doc.get("seeds"))
                          if isinstance(s, int) and not isinstance(s, bool)],
                   runs=[], versions=as_dict(doc.get("versions")), data=as_dict(doc.get("data")),
-                  warnings=[warning] if warning else [], trains=_trains(doc, cfg),
-                  sections=_sections(doc))
+                  warnings=[warning] if warning else [], trains=trains_of(doc, cfg),
+                  sections=sections_of(doc), earlier_hashes=earlier,
+                  judging_changes=[c for c in as_list(doc.get("judging_changes"))
+                                   if isinstance(c, dict)])
+    now = changed(as_dict(doc.get("config")), cfg)
+    if now:  # a report that judges otherwise than the folder's config
+        ab.judging_changes.append({"changed": now, "runs_ended": None,
+                                   "at": "this report (plugdrop report --decide-on / --set)"})
+    accepted = (config_hash, *earlier) if config_hash is not None else None
     for i, e in enumerate(entries):
         if not (isinstance(e, dict) and isinstance(e.get("id"), str)
                 and _RUN_ID.fullmatch(e["id"]) and e["id"] not in (".", "..")
                 and isinstance(e.get("variant"), str) and isinstance(e.get("seed"), int)
                 and not isinstance(e.get("seed"), bool)):
             raise _not_ablation(path, f"runs[{i}] is not {{\"id\", \"variant\", \"seed\"}}")
-        run = load_run(out, e["variant"], e["seed"], config_hash, cfg.program is not None,
-                       ab.warnings, e["id"])
+        program = cfg.program is not None
+        run = load_run(out, e["variant"], e["seed"], accepted, program, ab.warnings, e["id"],
+                       cfg.decide_on.name if program else None)
         ab.runs.append(run)
         if run.variant not in ab.variants:
             ab.variants.append(run.variant)
     return ab
-
-
-#: the sections of a folder that records none (an older plugdrop's): its program's
-_OLD_SECTIONS = {"program": ("logged",), "trainer": ("epochs", "calibration", "drop_fraction",
-                                                     "gradcam")}
-
-
-def _sections(doc: dict[str, Any]) -> tuple[str, ...]:
-    """The report's sections ``ablation.json`` records (an older folder: its program's)."""
-    got = doc.get("sections")
-    if isinstance(got, list) and all(isinstance(x, str) for x in got):
-        return tuple(got)
-    return _OLD_SECTIONS["program" if isinstance(doc.get("program"), dict) else "trainer"]
-
-
-def _trains(doc: dict[str, Any], cfg: AblationConfig) -> str:
-    """What trained the runs, as ``ablation.json`` records it (an older folder: from its
-    config and data)."""
-    got = doc.get("trains")
-    if isinstance(got, str):
-        return got
-    if cfg.program is not None:
-        return f"program {cfg.program} (in {cfg.cwd})"
-    return f"{cfg.model} on {as_dict(doc.get('data')).get('name', '?')}"
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -260,7 +253,8 @@ def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
 
 
 #: the files of a run folder that :func:`load_run` reads or looks at
-_READ = ("run.json", "metrics.jsonl", "done.json", "failed.json", "gradcam.png")
+_READ = ("run.json", "metrics.jsonl", "done.json", "failed.json", "gradcam.png",
+         "attached.json")
 #: runs read before that had ended, by folder: the identity of their files when read (size
 #: and modification time of each) and what was read; an ended run whose files still have that
 #: identity is not read again (a report rebuilt while a study runs reads only what changed)
@@ -279,22 +273,25 @@ def _identity(folder: Path) -> Any:
     return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in found))
 
 
-def load_run(out: Path, variant: str, seed: int, config_hash: str | None, program: bool,
-             warnings: list[str], run_id: str | None = None) -> Run:
+def load_run(out: Path, variant: str, seed: int, config_hash: str | Sequence[str] | None,
+             program: bool, warnings: list[str], run_id: str | None = None,
+             metric: str | None = None) -> Run:
     """Run ``variant`` x ``seed`` of the folder ``out`` as its folder holds it now
-    (``program``: a ``program:``'s run, its metrics as it logged them; ``config_hash``: the
-    ablation's, a run of another counts as incomplete); a line per damaged file is appended to
+    (``program``: a ``program:``'s run, its metrics as it logged them; ``metric``: the
+    decision metric, under which a run whose judging alone failed is judged; ``config_hash``: the
+    ablation's (or the hashes it accepts, :func:`accepted_hashes`), a run of another counts as
+    incomplete); a line per damaged file is appended to
     ``warnings``. A run that had ended when read before, and whose files have not changed
     since, is not read again. See :func:`load_ablation`."""
     rid = run_id if run_id is not None else _run_id(variant, seed)
     path = out / "runs" / rid
-    identity = (_identity(path), config_hash, program, variant, seed)
+    identity = (_identity(path), config_hash, program, variant, seed, metric)
     hit = _ENDED.get(str(path))
     if hit is not None and hit[0] == identity:
         return replace(hit[1])
     run = Run(id=rid, variant=variant, seed=seed, path=path)
     said = len(warnings)
-    _fill(run, config_hash, warnings, program)
+    _fill(run, config_hash, warnings, program, metric)
     if run.status != INCOMPLETE and len(warnings) == said and identity[0] is not None:
         if len(_ENDED) >= _ENDED_MOST:
             _ENDED.clear()
@@ -302,7 +299,16 @@ def load_run(out: Path, variant: str, seed: int, config_hash: str | None, progra
     return run
 
 
-def _fill(run: Run, config_hash: str | None, warnings: list[str], program: bool) -> None:
+def _sealed(done_path: Path) -> int | None:
+    """The size of a finished program run's metrics file when it was judged (``done.json``'s
+    ``metrics_bytes``), ``None`` when not recorded."""
+    done, problem = _read_json(done_path)
+    size = done.get("metrics_bytes") if problem is None and isinstance(done, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+
+
+def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str],
+          program: bool, metric: str | None = None) -> None:
     """Fill ``run`` from its folder."""
     run.started = run.path.is_dir() and any(run.path.iterdir())
     if not run.started:
@@ -313,17 +319,26 @@ def _fill(run: Run, config_hash: str | None, warnings: list[str], program: bool)
         problems.append(f"run.json {problem or 'is not a JSON object'}")
     else:
         run.info = info
-        if config_hash is not None and info.get("config_hash") not in (None, config_hash):
+        accepted = (config_hash,) if isinstance(config_hash, str) else config_hash
+        if accepted is not None and info.get("config_hash") not in (None, *accepted):
             problems.append("run.json has another config_hash than ablation.json (a run of "
                             "another config)")
         elif info.get("variant", run.variant) != run.variant or info.get("seed",
                                                                          run.seed) != run.seed:
             problems.append("run.json names another variant or seed than ablation.json")
-    run.metrics = (read_records(run.path / "metrics.jsonl", warnings) if program
+    done_path, failed_path = run.path / "done.json", run.path / "failed.json"
+    sealed = _sealed(done_path) if program else None
+    run.metrics = (read_records(run.path / "metrics.jsonl", warnings, sealed) if program
                    else _read_metrics(run.path / "metrics.jsonl", warnings))
     gradcam = run.path / "gradcam.png"
     run.gradcam = gradcam if gradcam.is_file() else None
-    done_path, failed_path = run.path / "done.json", run.path / "failed.json"
+    if program and (run.path / "attached.json").exists():
+        receipt, problem = _read_json(run.path / "attached.json")
+        if problem is None and isinstance(receipt, dict):
+            run.attached = receipt
+        else:
+            warnings.append(f"{run.path / 'attached.json'}: {problem or 'not a JSON object'}; "
+                            f"what the run attached is not shown")
     if done_path.exists():
         done, problem = _read_json(done_path)
         if problem is not None or not isinstance(done, dict):
@@ -347,6 +362,13 @@ def _fill(run: Run, config_hash: str | None, warnings: list[str], program: bool)
         if problem is not None or not isinstance(failed, dict):
             problems.append(f"failed.json {problem or 'is not a JSON object'}")
         else:
+            if failed.get("reason") == "metric" and metric is not None \
+                    and finite(run.final(metric)):
+                # its program completed without the metric it was judged on then; judged on
+                # one it logged, it finished (a report with another decide_on)
+                run.done = {"value": run.final(metric), "rejudged": True}
+                run.status = FINISHED
+                return
             lines = str(failed.get("error") or "").strip().splitlines()
             run.error = lines[0][:300] if lines else "(no message)"
             run.error_type = str(failed["type"]) if failed.get("type") else None

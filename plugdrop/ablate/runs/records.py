@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POSITION", "finite", "logged_names", "last_value", "number", "parse_records",
+__all__ = ["POSITION", "finite", "logged_names", "last_value", "merge_records", "number",
+           "parse_records",
            "position", "read_records"]
 
 #: the keys that say where in the training a line was logged
@@ -59,11 +60,20 @@ def parse_records(lines: Sequence[str], where: str = "metrics.jsonl"
     merged: dict[tuple[int | None, int | None], dict[str, Any]] = {}
     warnings = []
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
+    try:  # every line whole: one parse of them all (a program that logs each step)
+        parsed: list[Any] | None = json.loads("[" + ",".join(x for _, x in numbered) + "]")
+    except ValueError:
+        parsed = None
+    if parsed is not None and len(parsed) != len(numbered):
+        parsed = None  # a line holding two values ("1, 2"): read line by line
     for k, (lineno, line) in enumerate(numbered):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            rec = None
+        if parsed is not None:
+            rec = parsed[k]
+        else:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = None
         pos = position(rec) if isinstance(rec, dict) else None
         if pos is None or rec is None:
             if k < len(numbered) - 1:
@@ -75,11 +85,32 @@ def parse_records(lines: Sequence[str], where: str = "metrics.jsonl"
     return list(merged.values()), warnings
 
 
-def read_records(path: Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+def merge_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` merged by position (see the module): one record per ``(epoch, step)``, the
+    later values winning, at the place of the later record; a record without a valid
+    position is left out."""
+    merged: dict[tuple[int | None, int | None], dict[str, Any]] = {}
+    for rec in records:
+        pos = position(rec)
+        if pos is not None:
+            merged[pos] = {**merged.pop(pos, {}), **rec}
+    return list(merged.values())
+
+
+def read_records(path: Path, warnings: list[str] | None = None,
+                 sealed: int | None = None) -> list[dict[str, Any]]:
     """The records of the file ``path`` (none when it is missing); warnings about skipped
-    lines and an unreadable file are appended to ``warnings``."""
+    lines and an unreadable file are appended to ``warnings``. ``sealed``: the file's size
+    when its run was recorded finished; what was appended later is ignored, and said."""
     try:
         raw = path.read_bytes()
+        if sealed is not None and len(raw) > sealed:
+            if warnings is not None:
+                warnings.append(f"{path}: {len(raw) - sealed} bytes were appended after its "
+                                f"run was recorded finished (a process the program left "
+                                f"behind?); ignored: the run's values are those it finished "
+                                f"with")
+            raw = raw[:sealed]
     except FileNotFoundError:
         return []
     except OSError as e:

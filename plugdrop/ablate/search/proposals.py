@@ -20,7 +20,8 @@ from typing import Any
 from ..errors import ConfigError
 from .space import SAMPLERS, TPE_STARTUP, Dimension, SearchSpec
 
-__all__ = ["INSTALL", "JOURNAL", "Proposal", "Proposals", "importance", "make_sampler",
+__all__ = ["INSTALL", "JOURNAL", "Proposal", "Proposals", "check_sampler", "importance",
+           "make_sampler",
            "require_optuna"]
 
 #: the study's file in the search folder
@@ -58,6 +59,73 @@ def make_sampler(spec: SearchSpec, k: int) -> Any:
     except ImportError as e:
         raise ConfigError(f"{spec.at('sampler')}: search.sampler: {spec.sampler} needs a package: "
                           f"{e}") from None
+
+
+#: options Optuna takes without checking their values, and the least value each takes
+_LEAST = {"n_startup_trials": 0, "n_ei_candidates": 1, "prior_weight": 0.0,
+          "n_preliminary_samples": 1, "population_size": 1}
+#: the most trials the dry run of a sampler asks for (past its start-up trials)
+_DRY_RUN = 24
+
+
+def _kinds(annotation: Any) -> tuple[type, ...] | None:
+    """The plain types an option's annotation allows (``"int | None"`` -> ``(int, NoneType)``),
+    or ``None`` when it allows something else (a callable, a class) that is left to Optuna."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    names = {"int": int, "float": float, "bool": bool, "str": str, "None": type(None)}
+    parts = [p.strip() for p in str(text).split("|")]
+    if not parts or any(p not in names for p in parts):
+        return None
+    return tuple(names[p] for p in parts)
+
+
+def check_sampler(spec: SearchSpec) -> None:
+    """The sampler and its options as Optuna takes them, before any run: each option's type
+    (from the sampler's signature) and, where Optuna does not check it, its range; then a dry
+    run of the sampler over the search's space (asking and telling a few made-up trials), which
+    finds what only sampling meets (a package the sampler needs, a value it rejects late).
+
+    Raises:
+        ConfigError: one line naming the option or the package, at ``search.sampler``.
+    """
+    import inspect
+    import random
+
+    optuna = require_optuna()
+    cls = getattr(optuna.samplers, SAMPLERS[spec.sampler])
+    where = f"{spec.at('sampler')}: search.sampler: {spec.sampler}"
+    params = inspect.signature(cls).parameters
+    for name, value in spec.sampler_options.items():
+        p = params.get(name)
+        kinds = _kinds(p.annotation) if p is not None else None
+        if kinds is not None:
+            fits = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+            if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+                fits = True
+            if not fits:
+                want = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+                raise ConfigError(f"{where}: option {name} takes {want}, got {value!r}")
+        least = _LEAST.get(name)
+        if least is not None and isinstance(value, (int, float)) and not isinstance(
+                value, bool) and (value < least or (least == 0.0 and isinstance(least, float)
+                                                    and value <= 0)):
+            bound = f"> {least:g}" if isinstance(least, float) else f">= {least}"
+            raise ConfigError(f"{where}: option {name} must be {bound}, got {value!r}")
+    sampler = make_sampler(spec, 0)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    dists = {d.name: _distribution(d) for d in spec.dimensions}
+    startup = spec.sampler_options.get("n_startup_trials", TPE_STARTUP)
+    rng = random.Random(0)
+    try:
+        for _ in range(min(int(startup) + 2, _DRY_RUN) if isinstance(startup, int) else 2):
+            trial = study.ask(dists)
+            study.tell(trial, rng.random())
+    except ImportError as e:
+        raise ConfigError(f"{where} needs a package that is not installed: {e} (pip install "
+                          f"{getattr(e, 'name', None) or 'it'})") from None
+    except Exception as e:  # Optuna's own check, met only when it samples
+        raise ConfigError(f"{where} with {dict(spec.sampler_options)} fails when it samples: "
+                          f"{type(e).__name__}: {e}") from None
 
 
 def _distribution(d: Dimension) -> Any:

@@ -60,7 +60,8 @@ class SearchConfig:
     def fingerprint(self) -> str:
         """What a resumed search must share with the one that started the folder: every
         setting that changes results and the ``search:`` block."""
-        data = {"config": self.base.hash(), "search": self.spec.plain()}
+        # the judging settings in too: a search proposes by its metric (as before 0.2)
+        data = {"config": self.base.judged_hash(), "search": self.spec.plain()}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()
                               ).hexdigest()[:16]
 
@@ -164,9 +165,9 @@ def loads_search(text: str, source: str = "<config>") -> SearchConfig:
 
 
 def _check_sampler(spec: SearchSpec) -> None:
-    from .proposals import make_sampler
+    from .proposals import check_sampler
 
-    make_sampler(spec, 0)  # options it does not take: one line, naming the block
+    check_sampler(spec)  # options it does not take, or values it fails on: one line
 
 
 def load_search(path: str | Path) -> SearchConfig:

@@ -21,8 +21,9 @@ from ..errors import ConfigError, Fault
 from ..launch import LaunchContext, LaunchOptions, Launcher, make_launcher
 from ..programs import Program, program_of
 from ..progress import Progress
-from ..results import FAILED, FINISHED, Run, load_ablation, load_run
+from ..results import FAILED, FINISHED, Run, accepted_hashes, load_ablation, load_run
 from ..train import Dist, on_rank0
+from .failfast import FailFast
 from .jobs import dispatch
 from .listener import Listener, Listeners, StudyInfo
 from .outcome import Outcome
@@ -116,14 +117,19 @@ def _run(strategy: Strategy, launcher: Launcher, options: LaunchOptions,
     strategy.open(ctx)
     outcome = Outcome()
     bus.on_study_start(info)
-    hashed = strategy.cfg.hash() if strategy.hashed else None
+    hashed = (on_rank0(d, lambda: accepted_hashes(strategy.runs_in, strategy.cfg.hash()))
+              if strategy.hashed else None)
     logged = strategy.cfg.program is not None
     folder = strategy.runs_in
+
+    fail_fast = FailFast(info, ctx.ended_before)
 
     def on_end(rd: runs.RunDir, status: str, detail: str | None) -> None:
         run = on_rank0(d, lambda: load_run(folder, rd.variant, rd.seed, hashed, logged, []))
         strategy.ended(run)
         bus.on_run_end(info, rd, status, detail)
+        if logged:
+            on_rank0(d, lambda: fail_fast.ended(rd, status))
 
     while True:
         rnd = strategy.next_round()
@@ -146,6 +152,8 @@ def _run(strategy: Strategy, launcher: Launcher, options: LaunchOptions,
         if got.stopped:
             outcome.stopped, outcome.at_once = got.stopped, got.at_once
             break
+        if logged:
+            on_rank0(d, lambda: fail_fast.round_ended(got.failed, got.finished))
     outcome.result = strategy.result()
     bus.on_study_end(info, outcome)
     return outcome

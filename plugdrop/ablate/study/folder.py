@@ -86,6 +86,7 @@ def claim_ablation(out: Path, cfg: AblationConfig, doc: dict[str, Any], resume: 
         # a folder an older plugdrop started keeps its design (its config without spending)
         doc = dict(doc, config=config.as_recorded(out, doc["config"]))
         warning = runs.prepare(out, doc, resume or shard is not None, config.unhashed(),
-                               program.files, accept_data_change)
+                               program.files, accept_data_change, config.judging(),
+                               cfg.judged_hash())
         config.save_config(out, cfg)
     return warning

@@ -18,6 +18,17 @@ import sys
 import time
 
 
+def write_receipt(spec: list, calls: int) -> None:
+    """The run contract's receipt (PLUGDROP_RECEIPT), as a program in any language writes it:
+    what it attached and how often the hooks ran (here: once per "epoch")."""
+    path = os.environ.get("PLUGDROP_RECEIPT")
+    if path and spec:
+        with open(path, "w") as f:
+            json.dump({"by": "fake", "attachments": [
+                {"label": f"{a['transform']}@{a['layers']}", "layers": [str(a["layers"])],
+                 "calls": calls} for a in spec]}, f)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--epochs", type=int, default=3)
@@ -82,6 +93,7 @@ def main() -> int:
         with open(state_path + ".tmp", "w") as f:
             json.dump({"epoch": epoch}, f)
         os.replace(state_path + ".tmp", state_path)
+        write_receipt(spec, epoch)
         print(f"epoch {epoch}: score {rec.get('score')}", flush=True)
         if epoch == 1 and misbehave:
             if args.fail:

@@ -29,6 +29,17 @@ def effect(spec):
     return GAIN.get(stage, 0.0) * math.exp(-((p - PEAK) / WIDTH) ** 2) + bonus
 
 
+def write_receipt(spec, calls):
+    """The run contract's receipt (PLUGDROP_RECEIPT), as a program in any language writes it:
+    what it attached and how often the hooks ran."""
+    path = os.environ.get("PLUGDROP_RECEIPT")
+    if path and spec:
+        with open(path, "w") as f:
+            json.dump({"by": "search_target", "attachments": [
+                {"label": f"{a['transform']}@{a['layers']}", "layers": [str(a["layers"])],
+                 "calls": calls} for a in spec]}, f)
+
+
 def main():
     env = os.environ
     seed = int(env["PLUGDROP_SEED"])
@@ -39,6 +50,7 @@ def main():
     score = 0.5 + effect(spec) + shared + own
     with open(env["PLUGDROP_METRICS"], "a") as f:
         f.write(json.dumps({"epoch": 1, "score": round(score, 9)}) + "\n")
+    write_receipt(spec, 1)
     return 0
 
 

@@ -38,6 +38,17 @@ MISTAKES = [
     (config(extra="  sampler: tpee\n"), "10:3", "'tpee' is no sampler"),
     (config(extra="  sampler: {name: tpe, n_startup: 3}\n"), "10:3",
      "unexpected keyword argument 'n_startup'"),
+    # values Optuna takes without a word, found before any run (type, range, a late check)
+    (config(extra="  sampler: {name: tpe, n_startup_trials: x}\n"), "10:3",
+     "option n_startup_trials takes int, got 'x'"),
+    (config(extra="  sampler: {name: tpe, n_startup_trials: -5}\n"), "10:3",
+     "option n_startup_trials must be >= 0, got -5"),
+    (config(extra="  sampler: {name: tpe, n_ei_candidates: 0}\n"), "10:3",
+     "option n_ei_candidates must be >= 1, got 0"),
+    (config(extra="  sampler: {name: tpe, multivariate: 3}\n"), "10:3",
+     "option multivariate takes bool or null, got 3"),
+    (config(extra="  sampler: {name: qmc, qmc_type: foo}\n"), "10:3",
+     "The `qmc_type='foo'` is invalid"),
     (config(budget=10), "8:3", "search.budget 10 is too small"),
     (config(extra="  budgett: 3\n"), "10:3", "unknown key 'budgett' (did you mean 'budget'?)"),
     (config(extra="  parallel: 0\n"), "10:3", "search.parallel: a whole number of at least 1"),
@@ -130,3 +141,15 @@ def test_the_confirmation_is_said_in_words_for_every_verdict(verdict, said):
                             "interval": {"mean": 0.01, "low": -0.001, "high": 0.02}}}
     assert f"confirmed on 3 fresh seeds: {said} (+0.01" in summary_line(doc)
     assert f"confirmed {said} on seeds [3, 4, 5]" in best_yaml(doc).decode()
+
+
+def test_a_sampler_whose_package_is_missing_is_one_line_before_any_run():
+    try:
+        import cmaes  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("cmaes is installed here: its sampler needs nothing more")
+    with pytest.raises(ConfigError, match=r"search.yaml:10:3: search.sampler: cmaes needs a "
+                                          r"package that is not installed: .*cmaes"):
+        loads_search(config(extra="  sampler: cmaes\n"), "search.yaml")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from ...results import Ablation
 from ..shown import pick
 from ..summary import VariantSummary
+from .attached import Attached
 from .base import Column, Facts, Section
 from .calibration import Calibration
 from .decisions import Decisions
@@ -24,8 +25,8 @@ from .verdicts import Verdicts
 __all__ = ["CSV_COLUMNS", "Column", "Facts", "SECTIONS", "Section", "facts", "left_out"]
 
 #: every section, in the page's order
-SECTIONS: tuple[Section, ...] = (Verdicts(), Robust(), Logged(), Epochs(), Calibration(),
-                                 DropFraction(), GradCam(), Decisions())
+SECTIONS: tuple[Section, ...] = (Verdicts(), Robust(), Logged(), Attached(), Epochs(),
+                                 Calibration(), DropFraction(), GradCam(), Decisions())
 
 
 def facts(ab: Ablation, summary: Sequence[VariantSummary], confidence: float = 0.95) -> Facts:

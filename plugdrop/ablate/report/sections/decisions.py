@@ -1,14 +1,32 @@
 """The decisions an adaptive design took, in the order taken (``decisions.jsonl``): the
-round, the seeds, the variant, its verdict and the reason."""
+round, the seeds, the variant, its verdict and the reason; and each change of the settings
+that judge (the decision metric, the margin, ...) made after runs had ended, said on the page
+and under the table."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..markup import e, table, verdict_class
 from .base import Facts, Section
 
-__all__ = ["Decisions"]
+__all__ = ["Decisions", "change_line"]
+
+
+def change_line(change: dict[str, Any]) -> str:
+    """One change of the judging settings, in words."""
+    got = change.get("changed")
+    what: dict[str, Any] = got if isinstance(got, dict) else {}
+    said = "; ".join(f"{k} {json.dumps(c.get('from'))} -> {json.dumps(c.get('to'))}"
+                     for k, c in what.items() if isinstance(c, dict))
+    return (f"the judging changed after {change.get('runs_ended', '?')} runs had ended "
+            f"({said}, {change.get('at', '?')}): the verdicts are of the new setting, chosen "
+            f"after seeing results, which the error rate does not cover")
+
+
+def _changes(f: Facts) -> list[str]:
+    return [change_line(c) for c in f.ab.judging_changes]
 
 
 class Decisions(Section):
@@ -16,9 +34,25 @@ class Decisions(Section):
     always = True
 
     def html(self, f: Facts) -> list[str]:
+        return self.changes(f) + self.decisions(f)
+
+    def text(self, f: Facts) -> list[str]:
+        return [f"  note: {line}" for line in _changes(f)]
+
+    def data(self, f: Facts) -> dict[str, Any]:
+        return {"judging_changes": f.ab.judging_changes} if f.ab.judging_changes else {}
+
+    def changes(self, f: Facts) -> list[str]:
+        lines = _changes(f)
+        if not lines:
+            return []
+        return ['<p class="note worse">' + "<br>".join(e(x) for x in lines) + "</p>"]
+
+    def decisions(self, f: Facts) -> list[str]:
         path = f.out / "decisions.jsonl"
         try:
-            lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            lines = [d for x in path.read_text().splitlines() if x.strip()
+                     if "judging_changed" not in (d := json.loads(x))]
         except (OSError, ValueError):
             return []
         if not lines:

@@ -19,9 +19,13 @@ class Logged(Section):
 
     def note(self, f: Facts) -> list[str]:
         conf = round(100 * f.confidence)
-        return [f"final {f.ab.config.decision.metric.name}: each run's last logged value, mean "
-                f"over the finished seeds [{conf}% confidence interval, t-distribution]; one "
-                f"seed has no interval."]
+        metric = f.ab.config.decision.metric
+        unit = f" in {metric.own_unit}" if metric.own_unit else ""
+        return [f"final {metric.name}: each run's last logged value{unit}, mean over the "
+                f"finished seeds [{conf}% confidence interval, t-distribution]; one seed has no "
+                f"interval.",
+                "digits: a logged metric is shown to the digits its interval supports (its "
+                "half-width to 2 significant digits; without one, 4 significant digits)."]
 
     def text(self, f: Facts) -> list[str]:
         return logged.text_lines(f.ab, f.confidence, [s.variant for s in f.shown])
@@ -51,11 +55,11 @@ class Logged(Section):
         if names:
             values = logged.final_values(f.ab, f.confidence)
             rows = [f"<tr><td>{e(s.variant)}</td>" + "".join(
-                f'<td class="num">{e(values[s.variant][n].format(1.0, 4))}</td>'
+                f'<td class="num">{e(logged.cell(values[s.variant][n]))}</td>'
                 for n in names) + "</tr>" for s in f.shown + f.rest if s.variant in values]
             parts += ["<h2>Final values of the logged metrics</h2>",
                       f'<p class="note">Each run\'s last logged value; mean over the finished '
                       f'seeds [{round(100 * f.confidence)}% CI].</p>',
-                      table(["variant", *names], rows, what="variants",
-                            fold_at=len(f.shown))]
+                      table(["variant", *(logged.header(f.ab, n) for n in names)], rows,
+                            what="variants", fold_at=len(f.shown))]
         return parts

@@ -17,10 +17,11 @@ class Robust(Section):
 
     def text(self, f: Facts) -> list[str]:
         rule = f.ab.config.decision
-        scale = rule.metric.scale
-        shown = rule.metric.name.replace("_", " ") + (" %" if scale == 100.0 else "")
+        scale, unit = rule.metric.scale, rule.metric.label
+        shown = rule.metric.name.replace("_", " ") + (" %" if scale == 100.0 else
+                                                      f" ({unit})" if unit else "")
         has_base = f.ab.baseline is not None and any(s.is_baseline for s in f.summary)
-        rows = [[s.variant, s.iqm.format(scale, s.digits) if s.iqm is not None else "-",
+        rows = [[s.variant, s.cell(s.iqm),
                  s.p_improve.format(1.0) if s.p_improve is not None else "-"]
                 for s in f.shown if s.iqm is not None and s.iqm.n]
         if not rows:
@@ -36,9 +37,9 @@ class Robust(Section):
 
     def html(self, f: Facts) -> list[str]:
         rule = f.ab.config.decision
-        metric, scale = rule.metric.name, rule.metric.scale
+        metric = rule.metric.name + (f" ({rule.metric.label})" if rule.metric.label else "")
         rows = [f"<tr><td>{e(s.variant)}</td><td class=\"num\">"
-                f"{e(s.iqm.format(scale, s.digits) if s.iqm else '-')}</td><td class=\"num\">"
+                f"{e(s.cell(s.iqm))}</td><td class=\"num\">"
                 f"{e(s.p_improve.format(1.0) if s.p_improve else '-')}</td></tr>"
                 for s in f.shown + f.rest]
         return ["<h2>Robust summaries</h2>",

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from ..figures import plot_forest, plot_seeds
 from ..markup import e, img, table, verdict_class
-from ..notes import legend, notes, procedure
-from ..summary import VariantSummary, saved_runs
+from ...results import FINISHED
+from ..notes import legend, notes, procedure, savings
+from ..summary import VariantSummary, run_counts
 from .base import Facts, Section
 
 __all__ = ["Verdicts"]
 
 
 def _unit(f: Facts) -> str:
-    return "pp" if f.ab.config.decision.metric.percent else ""
+    """The decision metric's unit as the headers name it (``pp``, a program's metric's own
+    ``unit``, or ``""``)."""
+    return f.ab.config.decision.metric.label
 
 
 class Verdicts(Section):
@@ -46,13 +49,11 @@ class Verdicts(Section):
     def html(self, f: Facts) -> list[str]:
         ab = f.ab
         rule = ab.config.decision
-        unit = " (pp)" if rule.metric.percent else ""
+        unit = f" ({_unit(f)})" if _unit(f) else ""
         extra = [c for s in f.sections for c in s.columns(f, page=True)]
         head = ["variant", "seeds / runs done", *(h for h, _ in extra)]
         if not any(s.shows_metric == rule.metric.name for s in f.sections):
-            extra.append((f"final {rule.metric.name}",
-                          lambda s: s.decided.format(rule.metric.scale, s.digits)
-                          if s.decided is not None else "-"))
+            extra.append((f"final {rule.metric.name}{unit}", lambda s: s.cell(s.decided)))
             head.append(extra[-1][0])
         head += [f"vs {ab.baseline}{unit}", "p adj.", "verdict", "reason"]
 
@@ -75,11 +76,9 @@ class Verdicts(Section):
         ran = procedure(f.summary)
         parts += [f"<p class=\"note\">{e(line)}</p>" for line in
                   ([f"Procedure: {ran}."] if ran else []) + notes(f.summary)]
-        saved = saved_runs(f.summary)
+        saved = savings(f.summary, run_counts(ab, f.summary)[FINISHED])
         if saved is not None:
-            parts.append(f"<p>The adaptive design used {saved[0]} runs; a fixed design with "
-                         f"the maximum seeds trains {saved[1]}: <b>{saved[1] - saved[0]} runs "
-                         f"saved</b>.</p>")
+            parts.append(f"<p>{e(saved)}</p>")
         for name, heading in (("forest.png", "Differences to the baseline"),
                               ("seeds.png", "Seeds used")):
             path = ab.out / name

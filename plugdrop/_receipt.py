@@ -1,0 +1,125 @@
+"""The receipt of a run of ``plugdrop ablate`` whose program is this process: what it
+attached, written to ``attached.json`` in the run's folder (``PLUGDROP_RECEIPT``) when the
+variant is attached and again at each :meth:`plugdrop.AblationRun.log` and at exit, with the
+number of times each attachment's hooks ran. The ablation reads it to tell a variant that had
+no effect from one that was never attached (a forgotten ``attach``, a model that is not the one
+that trains).
+
+The file is a JSON object: ``by`` (what attached: ``run.attach``, a callback, the bootstrap),
+``variant``, ``attachments`` (per attachment: ``label``, ``layers``, ``calls``: hook runs,
+those of earlier attempts of the run included), ``steps`` (the schedules' optimizer steps),
+``updated``; or ``error``: why nothing was attached (the bootstrap's factory was never called).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .spec import AttachmentGroup
+
+__all__ = ["path", "rank_zero", "track", "unattached", "write"]
+
+_TRACKED: list[tuple[AttachmentGroup, str]] = []
+#: calls an earlier attempt of the run recorded, by label
+_BEFORE: dict[str, int] = {}
+_STATE = {"exit": False, "read": False}
+
+
+def path() -> Path | None:
+    """Where this process's receipt goes (``None`` outside a run of ``plugdrop ablate``)."""
+    env = os.environ
+    if env.get("PLUGDROP_RECEIPT"):
+        return Path(env["PLUGDROP_RECEIPT"])
+    if env.get("PLUGDROP_METRICS") and env.get("PLUGDROP_SEED") is not None:
+        return Path(env["PLUGDROP_METRICS"]).parent / "attached.json"
+    return None
+
+
+def _earlier(target: Path, variant: str) -> None:
+    """The calls an earlier attempt of this run recorded (read once per process)."""
+    if _STATE["read"]:
+        return
+    _STATE["read"] = True
+    try:
+        old = json.loads(target.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(old, dict) and old.get("variant") == variant:
+        for a in old.get("attachments") or []:
+            if isinstance(a, dict) and isinstance(a.get("label"), str) \
+                    and isinstance(a.get("calls"), int):
+                _BEFORE[a["label"]] = a["calls"]
+
+
+def track(group: AttachmentGroup, by: str) -> None:
+    """Record ``group`` as the run's attachments (attached by ``by``) and write the receipt
+    now and at exit. Outside a run, or on a rank other than 0, nothing is written."""
+    target = path()
+    if target is None:
+        return
+    _earlier(target, os.environ.get("PLUGDROP_VARIANT", ""))
+    _TRACKED[:] = [(g, b) for g, b in _TRACKED if g is not group] + [(group, by)]
+    if not _STATE["exit"]:
+        _STATE["exit"] = True
+        atexit.register(write)
+    write()
+
+
+def write() -> None:
+    """Write the receipt of the tracked groups (with their hooks' counts so far)."""
+    target = path()
+    if target is None or not _TRACKED or not rank_zero():
+        return
+    attachments = []
+    for group, _ in _TRACKED:
+        for label, h in zip(group.labels, group.handles):
+            calls = sum(h.calls.values())
+            attachments.append({"label": label, "layers": list(h.layers),
+                                "calls": calls + _BEFORE.get(label, 0)})
+    _write(target, {"by": ", ".join(dict.fromkeys(b for _, b in _TRACKED)),
+                    "variant": os.environ.get("PLUGDROP_VARIANT"),
+                    "attachments": attachments,
+                    "steps": max(g.step_count for g, _ in _TRACKED),
+                    "pid": os.getpid(), "updated": time.time()})
+
+
+def unattached(why: str, by: str) -> None:
+    """Record that the run's variant was not attached, and why (unless something else of
+    this process attached it)."""
+    target = path()
+    if target is None or _TRACKED or not rank_zero():
+        return
+    _write(target, {"by": by, "variant": os.environ.get("PLUGDROP_VARIANT"), "error": why,
+                    "pid": os.getpid(), "updated": time.time()})
+
+
+def _write(target: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` whole (a temporary file renamed over the receipt); a receipt that cannot
+    be written is not worth failing the training for: the ablation says it is missing."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, target)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def rank_zero() -> bool:
+    """Whether this process is rank 0 of its training (or not distributed at all)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank() == 0
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return all(os.environ.get(v, "0") in ("0", "") for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))

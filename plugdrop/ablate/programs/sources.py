@@ -1,0 +1,262 @@
+"""Where a program already writes its metrics (``metrics_from:``), read as the run contract's
+records: a CSV file with a header row (timm's ``summary.csv``, Lightning's ``CSVLogger``), a
+JSON file (a list of records, JSON lines, or an object holding such a list: the Hugging Face
+``Trainer``'s ``trainer_state.json`` ``log_history``), TensorBoard event files, or the lines the
+program prints, matched by a regular expression with named groups.
+
+Each record says where it was logged (``epoch`` and/or ``step``, whole numbers); a source
+without either numbers its records (``step`` 1, 2, ...). Values that are not numbers (an empty
+cell, a word) are left out. Records of one position are merged, later values winning (a
+resumed program logs an epoch again), as the contract's own file is read
+(:mod:`plugdrop.ablate.runs.records`).
+
+    >>> from plugdrop.ablate.config import MetricsFrom
+    >>> rows = csv_records("epoch,train_loss,eval_top1\\n0,2.3,10.5\\n1,1.9,31.0\\n")
+    >>> rows[-1]
+    {'epoch': 1, 'train_loss': 1.9, 'eval_top1': 31.0}
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import MetricsFrom
+from ..runs.records import POSITION, merge_records
+
+__all__ = ["Source", "csv_records", "json_records", "stdout_records", "tensorboard_records"]
+
+#: a source file larger than this is read from its end only (the latest records)
+MOST_BYTES = 64 * 2**20
+
+
+def _number(text: Any) -> float | int | None:
+    """A cell or a JSON value as a number, or ``None`` (empty, a word, a bool)."""
+    if isinstance(text, bool):
+        return None
+    if isinstance(text, (int, float)):
+        return text
+    if isinstance(text, str):
+        text = text.strip()
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _whole(value: Any) -> int | None:
+    """A position (epoch, step) as a whole number >= 0, or ``None``: ``3``, ``3.0``, ``"3"``."""
+    v = _number(value)
+    if v is None or isinstance(v, float) and (not math.isfinite(v) or not v.is_integer()):
+        return None
+    return int(v) if v >= 0 else None
+
+
+def _record(values: Mapping[str, Any], n: int) -> dict[str, Any] | None:
+    """One record from a row of values: its position (``epoch``/``step`` when they are whole
+    numbers; else ``step`` ``n``) and its numbers; ``None`` when it holds no number."""
+    rec: dict[str, Any] = {}
+    for key in POSITION:
+        if key in values:
+            whole = _whole(values[key])
+            if whole is not None:
+                rec[key] = whole
+    metrics = {str(k): v for k, v in ((k, _number(v)) for k, v in values.items()
+                                      if k not in POSITION and k is not None)
+               if v is not None}
+    if not metrics:
+        return None
+    if not any(k in rec for k in POSITION):
+        rec["step"] = n
+    rec.update(metrics)
+    return rec
+
+
+def csv_records(text: str) -> list[dict[str, Any]]:
+    """The records of a CSV text with a header row (one per row with a number)."""
+    rows = csv.DictReader(io.StringIO(text))
+    out = []
+    for n, row in enumerate(rows, 1):
+        rec = _record({k.strip(): v for k, v in row.items() if isinstance(k, str)}, n)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def json_records(text: str) -> list[dict[str, Any]]:
+    """The records of a JSON text: a list of objects, an object holding one (``log_history``
+    first), or one object per line."""
+    try:
+        doc: Any = json.loads(text)
+    except ValueError:
+        doc = []
+        for line in text.splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            doc.append(item)
+    if isinstance(doc, dict):
+        lists = [v for k, v in sorted(doc.items(), key=lambda kv: kv[0] != "log_history")
+                 if isinstance(v, list) and any(isinstance(x, dict) for x in v)]
+        doc = lists[0] if lists else [doc]
+    out = []
+    for n, item in enumerate(doc if isinstance(doc, list) else [], 1):
+        if isinstance(item, dict):
+            rec = _record(item, n)
+            if rec is not None:
+                out.append(rec)
+    return out
+
+
+def stdout_records(lines: Iterable[str], pattern: re.Pattern[str]) -> list[dict[str, Any]]:
+    """The records of the lines a program printed that ``pattern`` matches (its named groups:
+    the metrics, ``epoch`` and ``step``); the n-th match without a position is ``step`` n."""
+    out = []
+    n = 0
+    for line in lines:
+        m = pattern.search(line)
+        if m is None:
+            continue
+        n += 1
+        rec = _record({k: v for k, v in m.groupdict().items() if v is not None}, n)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def tensorboard_records(folder: Path) -> list[dict[str, Any]]:
+    """The scalars of the TensorBoard event files under ``folder`` (its subfolders too), one
+    record per step, each tag a metric.
+
+    Raises:
+        ImportError: the ``tensorboard`` package is missing.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import (  # noqa: PLC0415
+        EventAccumulator)
+
+    by_step: dict[int, dict[str, Any]] = {}
+    for root, _, files in sorted(os.walk(folder)):
+        if not any("tfevents" in f for f in files):
+            continue
+        acc = EventAccumulator(root, size_guidance={"scalars": 0, "tensors": 0})
+        acc.Reload()
+        tags = acc.Tags()
+        for tag in tags.get("scalars", []):
+            for e in acc.Scalars(tag):
+                by_step.setdefault(int(e.step), {"step": int(e.step)})[tag] = float(e.value)
+        for tag in tags.get("tensors", []):
+            for e in acc.Tensors(tag):
+                value = _tensor_scalar(e.tensor_proto)
+                if value is not None:
+                    by_step.setdefault(int(e.step), {"step": int(e.step)})[tag] = value
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _tensor_scalar(proto: Any) -> float | None:
+    """A scalar written as a tensor summary (TensorFlow 2's ``tf.summary.scalar``)."""
+    try:
+        from tensorboard.util import tensor_util  # noqa: PLC0415
+
+        array = tensor_util.make_ndarray(proto)
+        return float(array) if array.size == 1 and array.dtype.kind in "fiu" else None
+    except (ImportError, ValueError, TypeError):
+        return None
+
+
+class Source:
+    """The records of one run from where its program writes them (:class:`MetricsFrom`).
+
+    Args:
+        spec: the config's ``metrics_from``.
+        path: the source's path for this run (placeholders filled in, absolute); ``None`` for
+            ``stdout``.
+        logs: the run's ``logs`` folder (``attempt-N.stdout``: what ``stdout`` reads).
+    """
+
+    def __init__(self, spec: MetricsFrom, path: Path | None, logs: Path) -> None:
+        self.spec, self.path, self.logs = spec, path, logs
+        self.pattern = re.compile(spec.where) if spec.kind == "stdout" else None
+
+    def __str__(self) -> str:
+        return f"metrics_from {self.spec.kind}: {self.path or self.spec.where}"
+
+    def read(self) -> tuple[list[dict[str, Any]], str | None]:
+        """``(records, problem)``: the records so far (merged by position), and why there are
+        none when the source is missing or unreadable (``None`` otherwise)."""
+        try:
+            raw = self._raw()
+        except FileNotFoundError:
+            return [], f"{self} does not exist"
+        except (OSError, UnicodeDecodeError) as e:
+            return [], f"{self} is unreadable ({getattr(e, 'strerror', None) or e})"
+        except ImportError:
+            return [], (f"{self}: reading TensorBoard files needs the tensorboard package "
+                        f"(pip install tensorboard)")
+        except Exception as e:  # a damaged event file: tensorboard's own error
+            return [], f"{self} could not be read ({type(e).__name__}: {e})"
+        return merge_records(raw), None
+
+    def _raw(self) -> list[dict[str, Any]]:
+        kind = self.spec.kind
+        if kind == "stdout":
+            assert self.pattern is not None
+            return stdout_records(self._stdout_lines(), self.pattern)
+        assert self.path is not None
+        if kind == "tensorboard":
+            if not self.path.is_dir():
+                raise FileNotFoundError(self.path)
+            return tensorboard_records(self.path)
+        text = _tail(self.path)
+        return csv_records(text) if kind == "csv" else json_records(text)
+
+    def _stdout_lines(self) -> Iterable[str]:
+        """The lines of every attempt's output, in the order of the attempts."""
+        files = sorted(self.logs.glob("attempt-*.stdout"),
+                       key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+        if not files:
+            raise FileNotFoundError(self.logs / "attempt-1.stdout")
+        for f in files:
+            yield from _tail(f).splitlines()
+
+    def mtime(self) -> Sequence[float]:
+        """When the source last changed (what a follower compares)."""
+        paths: list[Path] = ([*self.logs.glob("attempt-*.stdout")] if self.path is None
+                             else [self.path])
+        out = []
+        for p in paths:
+            try:
+                st = p.stat()
+                out += [st.st_mtime, st.st_size]
+            except OSError:
+                pass
+        return out
+
+
+def _tail(path: Path) -> str:
+    """The text of ``path``, at most its last :data:`MOST_BYTES` (from a line's start; a CSV's
+    header row kept)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= MOST_BYTES:
+            data = f.read()
+        else:
+            head = f.readline()
+            f.seek(size - MOST_BYTES)
+            f.readline()
+            data = (head if path.suffix == ".csv" else b"") + f.read()
+    return data.decode("utf-8", errors="replace")
