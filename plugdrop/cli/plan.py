@@ -131,7 +131,8 @@ def _design(args: argparse.Namespace, rule: Any = None) -> dict[str, Any]:
         spending(Value("--spending", args.spending or str(DEFAULT_SPENDING), None))
     passing = _choice("--passing", args.passing or (rule.passing if rule else "holm"), PASSING)
     alpha = rule.alpha if rule is not None and args.alpha is None else \
-        _number("--alpha", args.alpha or "0.05", "a number in (0, 0.5)", lambda v: 0 < v < 0.5)
+        _number("--alpha", args.alpha or "0.05", "a number in [1e-9, 0.5)",
+                lambda v: 1e-9 <= v < 0.5)
     return {"spending": sp, "passing": passing == "holm", "alpha": alpha,
             "step": _whole("--step", args.step, 1)}
 
@@ -145,6 +146,11 @@ def _seeds(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+#: the largest effect or margin the simulation takes, in sd of the paired difference: beyond
+#: it every design decides at once, and the simulation's sums would overflow
+MOST_SD = 1000.0
+
+
 def _effects(text: str) -> tuple[float, ...]:
     try:
         out = tuple(float(x) for x in text.split(","))
@@ -153,6 +159,10 @@ def _effects(text: str) -> tuple[float, ...]:
     if not out or not all(math.isfinite(x) for x in out):
         raise _Bad(f"--effects must be numbers separated by commas (each variant's true effect "
                    f"in sd of the paired difference, e.g. 1,0,0,0), got {text!r}")
+    big = next((x for x in out if abs(x) > MOST_SD), None)
+    if big is not None:
+        raise _Bad(f"--effects {big:g}: an effect is at most {MOST_SD:g} sd of the paired "
+                   f"difference (one that large is decided in the first round already)")
     return out
 
 
@@ -169,7 +179,8 @@ def _simulate(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     d = _design(args)
     noise = _choice("--noise", args.noise, simulate.NOISES)
     design = _choice("--design", args.design, ("exact", "legacy"))
-    margin = _number("--margin", args.margin, "a number >= 0 (in sd)", lambda v: v >= 0)
+    margin = _number("--margin", args.margin, f"a number in [0, {MOST_SD:g}] (in sd)",
+                     lambda v: 0 <= v <= MOST_SD)
     reps = _whole("--reps", args.reps or "20000", 1)
     if reps * len(effects) * hi > MAX_VALUES:
         raise _Bad(f"--reps {reps} with {len(effects)} variants and {hi} seeds draws "
@@ -230,6 +241,10 @@ def _from_folder(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     d = _design(args, rule)
     m = max(sp.variants, 1)
     size = abs(effect) / sp.sd
+    if size > MOST_SD:
+        raise _Bad(f"--effect {effect:g} is {size:.3g} sd of the paired difference (sd "
+                   f"{sp.sd:.3g} in {args.source}): at most {MOST_SD:g}; one that large is "
+                   f"decided in the first round already")
     level = d["alpha"] / m
     fixed = simulate.seeds_needed(size, level, 0.8)
     plan = ab.config.plan

@@ -159,6 +159,32 @@ def read_text(path: Path, what: str = "the file") -> str:
     return text
 
 
+#: the deepest nesting of brackets or indented blocks a YAML text may have (a config is a few
+#: levels deep; PyYAML recurses once per level and would raise RecursionError near 1,000)
+MOST_DEPTH = 100
+
+
+def _too_deep(text: str) -> str | None:
+    """``line:column`` where ``text`` first nests deeper than :data:`MOST_DEPTH` (flow brackets
+    or indentation), else ``None``. Quotes are not parsed: a bracket inside a string counts,
+    which only a text of a hundred brackets in strings would notice."""
+    depth = 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip(" -")
+        if (len(line) - len(stripped)) // 2 > MOST_DEPTH:
+            return f"{lineno}:1"
+        for col, ch in enumerate(line, 1):
+            if ch in "[{":
+                depth += 1
+                if depth > MOST_DEPTH:
+                    return f"{lineno}:{col}"
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+            elif ch == "#" and (col == 1 or line[col - 2] in " \t"):
+                break
+    return None
+
+
 def read_yaml(text: str, file: str, label: str | None = None) -> Any:
     """Read YAML ``text`` (from ``file``; or the value of command-line option ``label``) into
     values that remember their locations; ``None`` for an empty text. Floats may be written
@@ -168,8 +194,15 @@ def read_yaml(text: str, file: str, label: str | None = None) -> Any:
         SpecError: the text is not valid YAML (naming the line and column), or a mapping
             repeats a key.
     """
+    deep = _too_deep(text)
+    if deep is not None:
+        raise SpecError(f"{label or file}:{deep}: nested more than {MOST_DEPTH} levels deep: no "
+                        f"config or spec is; give the right file (or close the brackets)")
     try:
         node = yaml.compose(text, Loader=_Loader)
+    except RecursionError:  # pragma: no cover - _too_deep counts first
+        raise SpecError(f"{label or file}: nested too deep to read; give the right file") \
+            from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]

@@ -2,14 +2,17 @@
 value and its place, a valid input runs; never a traceback). Hypothesis builds configs from the
 grammar of the settings (an ablation's and a search's), lines of a program's metrics file and
 ``plugdrop plan`` arguments, mutates them, and the tests assert the promise on each. Examples
-per run (derandomized, so CI sees the same ones): 300 configs through the loader, 60 through
+per run (derandomized, so CI sees the same ones; ``PLUGDROP_GENERATED=N`` tries N times as many,
+drawn afresh): 300 configs through the loader, 60 through
 ``plugdrop ablate`` with a program that runs (about 40% of them train), 300 metrics files, 30 ``plan`` command lines."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import warnings
 
 import pytest
 import yaml
@@ -22,9 +25,16 @@ from plugdrop.ablate.progress import Progress
 from plugdrop.ablate.runs.records import last_value, logged_names, parse_records, position
 from plugdrop.cli import main
 
+#: ``PLUGDROP_GENERATED=10`` tries ten times the examples, and other ones (a seed of its own):
+#: the on-demand setting, ``PLUGDROP_GENERATED=10 ./dev test tests/ablate/test_generated_inputs.py``
+SCALE = int(os.environ.get("PLUGDROP_GENERATED", "1") or 1)
+
+
 def examples(n: int) -> settings:
-    """Hypothesis's settings of these tests: ``n`` examples, the same on every run."""
-    return settings(max_examples=n, deadline=None, derandomize=True, database=None,
+    """Hypothesis's settings of these tests: ``n`` examples (times :data:`SCALE`), the same on
+    every run of one scale."""
+    return settings(max_examples=n * SCALE, deadline=None, derandomize=SCALE == 1,
+                    database=None,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture,
                                            HealthCheck.data_too_large])
@@ -203,8 +213,6 @@ def test_a_generated_config_runs_or_is_one_line(text, tmp_path_factory, capsys):
                                 if k not in ("max",)} | {"max": 3}
         text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
     (home / "cfg.yaml").write_text(text)
-    import os
-
     cwd = os.getcwd()
     os.chdir(home)
     try:
@@ -279,12 +287,16 @@ plan_args = st.lists(st.one_of(
 def test_generated_plan_arguments_plan_or_are_one_line(pairs, capsys):
     argv = ["plan", "--reps", "20"] + [x for pair in pairs for x in pair]
     capsys.readouterr()
-    try:
-        rc = main(argv)
-    except SystemExit as e:  # argparse's own usage line (an option without its value)
-        rc = e.code
+    with warnings.catch_warnings(record=True) as caught:  # a raw warning is a raw message
+        warnings.simplefilter("always")
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # argparse's own usage line (an option without its value)
+            rc = e.code
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], (
+        argv, [str(w.message) for w in caught])
     assert rc in (0, 2), (argv, rc, err)
     if rc == 2:
         assert err.strip(), argv

@@ -80,7 +80,10 @@ def test_from_a_folder_the_spread_it_has_seen(tmp_path, capsys):
     (["--seeds", "1..5"], "--seeds must be MIN..MAX"),
     (["--step", "0"], "--step must be a whole number >= 1, got '0'"),
     (["--effects", "1,x"], "--effects must be numbers separated by commas"),
-    (["--alpha", "0.7"], "--alpha must be a number in (0, 0.5), got '0.7'"),
+    (["--alpha", "0.7"], "--alpha must be a number in [1e-9, 0.5), got '0.7'"),
+    (["--alpha", "1e-300"], "--alpha must be a number in [1e-9, 0.5), got '1e-300'"),
+    (["--effects", "1e308,0"], "--effects 1e+308: an effect is at most 1000 sd"),
+    (["--margin", "1e300"], "--margin must be a number in [0, 1000] (in sd)"),
     (["--noise", "skew"], "--noise must be normal | t3 | skewed, got 'skew' (did you mean "
                           "'skewed'?)"),
     (["--reps", "lots"], "--reps must be a whole number >= 1, got 'lots'"),
@@ -89,7 +92,7 @@ def test_from_a_folder_the_spread_it_has_seen(tmp_path, capsys):
     (["--spending", "first(2)+hsd(-3)"], "--spending 'first(2)+hsd(-3)': the first look's "
                                          "share must lie in (0, 1)"),
     (["--passing", "hochberg"], "--passing must be holm | bonferroni, got 'hochberg'"),
-    (["--margin", "-1"], "--margin must be a number >= 0 (in sd), got '-1'"),
+    (["--margin", "-1"], "--margin must be a number in [0, 1000] (in sd), got '-1'"),
     (["--design", "old"], "--design must be exact | legacy, got 'old'"),
     (["--effect", "0.5"], "--effect needs --from OUT"),
     (["--from", "nowhere"], "--from needs --effect X"),

@@ -122,3 +122,14 @@ def test_seeds_given_as_one_number_is_one_line_but_a_stored_config_keeps_its_mea
     assert cfg.seed_list == (3,)
     with pytest.raises(ConfigError):  # and only there
         config.loads(text, "c.yaml")
+
+
+def test_a_config_nested_too_deep_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep.yaml").write_text("program: " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "blocks.yaml").write_text("variants:\n" + "".join(
+        "  " * i + f"k{i}:\n" for i in range(1, 300)))
+    for name, where in (("deep.yaml", "deep.yaml:1:110"), ("blocks.yaml", "blocks.yaml:102:1")):
+        assert main(["ablate", name, "--out", "out"]) == 2
+        err = capsys.readouterr().err
+        assert f"{where}: nested more than 100 levels deep" in err and err.count("\n") == 1

@@ -383,3 +383,20 @@ def test_a_folder_of_an_earlier_version_resumes_with_its_runs(tmp_path, monkeypa
     argv = (run_dir(out, "good__s0") / "work" / "train" / "argv.txt").read_text()
     assert len(argv.splitlines()) == 1  # not trained again
     assert json.loads((out / "results.json").read_text())["summary"][1]["finished"] == 1
+
+
+def test_the_report_judges_a_trainers_folder_under_another_alpha(tmp_path, capsys):
+    """``plugdrop report --set alpha=...`` on a folder of plugdrop's trainer: the verdicts of
+    the stored runs under the other setting, the change said; a setting that trains otherwise
+    is refused in one line."""
+    from _folders import adaptive_folder
+
+    out = tmp_path / "ab"
+    adaptive_folder(out)
+    capsys.readouterr()
+    assert main(["report", str(out), "--no-plots", "--set", "alpha=0.2"]) == 0
+    shown = capsys.readouterr().out
+    assert "alpha 0.05 -> 0.2" in shown and "this report" in shown
+    assert main(["report", str(out), "--no-plots", "--set", "epochs=3"]) == 2
+    err = capsys.readouterr().err
+    assert "epochs changes the runs themselves" in err and err.count("\n") == 1

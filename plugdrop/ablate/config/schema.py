@@ -219,7 +219,7 @@ class AblationConfig:
                  {f"{m.auto_margin:g} {'pp' if m.percent else 'nats for a loss'}"
                   for m in METRICS.values()}, reverse=True)))
     alpha: float = setting(
-        0.05, group="Decisions", check=C.number("in (0, 0.5)", lambda v: 0 < v < 0.5),
+        0.05, group="Decisions", check=C.number("in [1e-9, 0.5)", lambda v: 1e-9 <= v < 0.5),
         hashed=JUDGES,
         help="the family-wise error rate of the verdicts, over every variant and every look")
     spending: Spending = setting(
