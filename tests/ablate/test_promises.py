@@ -133,3 +133,23 @@ def test_a_config_nested_too_deep_is_one_line(tmp_path, monkeypatch, capsys):
         assert main(["ablate", name, "--out", "out"]) == 2
         err = capsys.readouterr().err
         assert f"{where}: nested more than 100 levels deep" in err and err.count("\n") == 1
+
+
+def test_a_program_that_logs_each_step_keeps_the_reports_files_small(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A run of 5,000 records: results.json and results.csv keep 2,000 of them, evenly spaced
+    with the last, and say how many there were; the decision reads the last value."""
+    script = ("import json, os\nwith open(os.environ['PLUGDROP_METRICS'], 'a') as f:\n"
+              "    for i in range(5000):\n"
+              "        f.write(json.dumps({'step': i, 'score': 0.5 + i * 1e-5}) + '\\n')\n")
+    folder(tmp_path, monkeypatch, make_config(json.dumps(["python", "many.py"]),
+                                              variants="  baseline: []\n"))
+    (tmp_path / "many.py").write_text(script)
+    assert ablate() == 0
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    (run,) = doc["runs"]
+    assert run["records"] == 5000 and len(run["metrics"]) == 2000
+    assert run["metrics"][0]["step"] == 0 and run["metrics"][-1]["step"] == 4999
+    rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2000
+    assert doc["runs"][0]["done"]["value"] == 0.5 + 4999 * 1e-5

@@ -11,11 +11,11 @@ import csv
 import io
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config.metrics import supported_digits
-from ..runs import POSITION, logged_names, number
+from ..runs import POSITION, logged_names, number, thinned
 from .plots import figure, plotted_runs, png
 from ..results import FAILED, FINISHED, Ablation
 from ..decide.stats import Interval, mean_ci
@@ -111,8 +111,10 @@ def text_lines(ab: Ablation, confidence: float = 0.95,
 
 
 def csv_bytes(ab: Ablation) -> bytes:
-    """``results.csv`` of a program's runs: a row per run and logged record, a column per
-    metric (``variant, seed, epoch, step``, then the metrics)."""
+    """``results.csv`` of a program's runs: a row per run and logged record (at most
+    :data:`~plugdrop.ablate.runs.records.MOST_KEPT` of a run, evenly spaced; its
+    ``metrics.jsonl`` holds every one), a column per metric (``variant, seed, epoch, step``,
+    then the metrics)."""
     names = metrics_of(ab)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -120,7 +122,7 @@ def csv_bytes(ab: Ablation) -> bytes:
     for r in ab.runs:
         if r.status == FAILED:
             continue
-        for m in r.metrics:
+        for m in thinned(r.metrics):
             cells = [m.get(k) for k in (*POSITION, *names)]
             w.writerow([r.variant, r.seed, *("" if c is None or isinstance(c, (dict, list))
                                              else repr(c) if isinstance(c, float) else c
@@ -128,7 +130,7 @@ def csv_bytes(ab: Ablation) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def _x(rec: dict[str, Any]) -> int | None:
+def _x(rec: Mapping[str, Any]) -> int | None:
     x = rec.get("step", rec.get("epoch"))
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
@@ -147,7 +149,7 @@ def plot_curves(ab: Ablation) -> bytes | None:
         runs, suffix = plotted_runs(ab, v)
         counts[v] = (len(runs), suffix)
         for r in runs:
-            for rec in r.metrics:
+            for rec in thinned(r.metrics):
                 x = _x(rec)
                 for name in names:
                     y = number(rec.get(name))

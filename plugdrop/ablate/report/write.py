@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import AblationConfig
 from ..results import FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, load_ablation
-from ..runs import atomic_write_bytes, serialized, storage_error
+from ..runs import atomic_write_bytes, serialized, storage_error, thinned
 from .html import render
 from .sections import CSV_COLUMNS, Facts, facts
 from .summary import run_counts, summarize
@@ -68,7 +68,7 @@ def _json(f: Facts) -> bytes:
              "epochs": len(r.metrics), "error": r.error, "error_type": r.error_type,
              "failed_epoch": r.failed_epoch, "done": r.done,
              "gradcam": str(r.gradcam.relative_to(ab.out)) if r.gradcam else None,
-             "metrics": r.metrics} for r in ab.runs]
+             "records": len(r.metrics), "metrics": thinned(r.metrics)} for r in ab.runs]
     doc = {"format": FORMAT, "config": ab.config.resolved(), "config_hash": ab.config_hash,
            "versions": ab.versions, "data": ab.data, "variants": ab.variants,
            "baseline": ab.baseline, "seeds": ab.seeds,

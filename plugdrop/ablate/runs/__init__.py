@@ -24,12 +24,13 @@ from .files import (append_line, atomic_write_bytes, atomic_write_json, check_ro
                     no_link, now, open_no_follow, storage_error)
 from .folder import Recovery, RunDir, run_id
 from .locks import Lock, RunLock, claiming, serialized
-from .records import POSITION, finite, last_value, logged_names, number, read_records
+from .records import (MOST_KEPT, POSITION, finite, last_value, logged_names, number,
+                      read_records, thinned)
 from .state import FAILED, FINISHED, INCOMPLETE, RunState
 
 __all__ = ["CheckpointRefused", "FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Lock", "POSITION",
            "Recovery", "RunDir", "RunLock", "RunState", "append_line", "atomic_write_bytes",
            "atomic_write_json", "check_out", "check_room", "claiming", "ensure_dir",
-           "fingerprint", "finite", "last_value", "load_checkpoint", "logged_names", "no_link",
-           "now", "number", "open_no_follow", "prepare", "read_records", "run_id", "serialized",
-           "storage_error"]
+           "fingerprint", "finite", "last_value", "load_checkpoint", "logged_names", "MOST_KEPT",
+           "no_link", "now", "number", "open_no_follow", "prepare", "read_records", "run_id",
+           "serialized", "storage_error", "thinned"]

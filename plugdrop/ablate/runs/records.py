@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POSITION", "finite", "logged_names", "last_value", "merge_records", "number",
+__all__ = ["MOST_KEPT", "POSITION", "finite", "thinned", "logged_names", "last_value", "merge_records", "number",
            "parse_records",
            "position", "read_records"]
 
@@ -144,6 +144,21 @@ def last_value(records: Sequence[Mapping[str, Any]], name: str
         if value is not None:
             return value, rec
     return None, None
+
+
+#: records of one run that the report's files and curves keep at most (evenly spaced, the last
+#: included); the run's ``metrics.jsonl`` keeps every one
+MOST_KEPT = 2000
+
+
+def thinned(records: Sequence[Mapping[str, Any]], most: int = MOST_KEPT
+            ) -> Sequence[Mapping[str, Any]]:
+    """``records`` when there are at most ``most``, else ``most`` of them evenly spaced, the
+    first and the last included (a program that logs each of 400,000 steps)."""
+    n = len(records)
+    if n <= most:
+        return records
+    return [records[round(i * (n - 1) / (most - 1))] for i in range(most)]
 
 
 def finite(value: float | None) -> bool:
