@@ -338,7 +338,7 @@ def test_the_bootstrap_attaches_to_a_factory_of_the_users_own(tmp_path, monkeypa
                             "plugdrop.errors.SelectorError: cfg.yaml:"), error
     assert "(variant 'typo'): selector 'conv9' matched no module" in error
     page = (out / "report.html").read_text()
-    assert "What each variant attached" in page and "Dropout2d@2: 1" in page
+    assert "What each variant attached" in page and "Dropout2d@2 (1 layer)" in page
 
 
 @pytest.mark.slow

@@ -66,7 +66,8 @@ class Attached(Section):
             return []
         cells = []
         for r in rows:
-            layers = "; ".join(f"{k}: {n}" for k, n in r["layers"].items()) or "-"
+            layers = "; ".join(f"{k} ({n} layer{'' if n == 1 else 's'})"
+                               for k, n in r["layers"].items()) or "-"
             calls = "-" if r["calls"] is None else f"{r['calls']:,.0f}"
             bad = r["runs"] and (r["receipts"] < r["runs"] or not r["calls"])
             note = "; ".join(r["errors"])
