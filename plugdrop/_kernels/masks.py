@@ -135,9 +135,23 @@ def _on(index: torch.Tensor, device: torch.device) -> torch.Tensor:
     return index.to(device)
 
 
-def draw_kept(x: torch.Tensor, p: float, scale_by_keep: bool, empty_ok: bool) -> Kept | None:
+def padded(count: int, batch: int, pad: int) -> int:
+    """The rows a branch runs on for ``count`` kept samples of ``batch``: ``count`` rounded up
+    to a multiple of ``pad`` (at most ``batch``), so that a GPU meets at most
+    ``batch / pad + 1`` batch sizes instead of ``batch + 1`` (cuDNN and cuBLAS set up for each
+    new one)."""
+    if pad <= 1 or count in (0, batch):
+        return count
+    return min(batch, -(-count // pad) * pad)
+
+
+def draw_kept(x: torch.Tensor, p: float, scale_by_keep: bool, empty_ok: bool,
+              pad: int = 1) -> Kept | None:
     """Which samples of ``x`` (batch first) keep their branch, each with probability
-    ``1 - p``; ``None`` when ``p`` is 0 (nothing to draw, nothing to change).
+    ``1 - p``; ``None`` when ``p`` is 0 (nothing to draw, nothing to change). With ``pad``
+    > 1, the rows the branch runs on are the kept ones followed by dropped ones up to
+    :func:`padded` rows; the padding's outputs are thrown away at the exit (:func:`put_rows`),
+    so the outputs and gradients are those of the kept rows alone.
 
     Drawn as plain DropPath draws its mask (``torch.bernoulli`` of ones of shape
     ``(B, 1, ..., 1)``), on the CPU generator whatever ``x``'s device: for a CPU ``x`` the same
@@ -162,6 +176,11 @@ def draw_kept(x: torch.Tensor, p: float, scale_by_keep: bool, empty_ok: bool) ->
             one = _on(torch.zeros(1, dtype=torch.int64), x.device)
             rows = _ROW0[x.device] = (one, one[:0])
         return Kept(rows[1] if empty_ok else rows[0], batch, 0, scale)
+    run = padded(count, batch, pad)
+    if run > count:  # the first dropped samples fill the bucket (their outputs are dropped)
+        dropped = torch.ones(batch, dtype=torch.bool)
+        dropped[index] = False
+        index = torch.cat([index, dropped.nonzero().view(-1)[:run - count]])
     return Kept(_on(index, x.device), batch, count, scale)
 
 
@@ -208,10 +227,8 @@ def put_rows(y: torch.Tensor, kept: Kept) -> torch.Tensor:
             f"{tuple(y.shape)}: skip_compute needs a branch that keeps its batch dim first")
     if kept.rows is None:
         return y if kept.scale is None else y * kept.scale
-    if kept.kept == 0:  # nothing kept: no row of y lands (a stand-in row is dropped)
-        y, index = y[:0], kept.rows[:0]
-    else:
-        index = kept.rows
+    # the kept rows come first; the rest (a stand-in row, a bucket's padding) is dropped
+    y, index = y[:kept.kept], kept.rows[:kept.kept]
     shape = (kept.batch,) + tuple(y.shape[1:])
     order = _memory_order(y)
     if order is None:

@@ -209,6 +209,11 @@ class Dropout(ForwardTransform):
         return self._at(layer, x)
 
 
+#: ``DropPath(skip_compute=True)``'s padding of the kept samples on a GPU unless ``pad`` says:
+#: a multiple of 8 rows (at most ``batch / 8 + 1`` batch sizes per branch)
+PAD_CUDA = 8
+
+
 class DropPath(ForwardTransform):
     """Stochastic depth: drop whole samples with probability ``p``.
 
@@ -228,7 +233,13 @@ class DropPath(ForwardTransform):
             BatchNorm); anything else is refused at attach with
             :class:`~plugdrop.AttachError`. Saves time on a CPU; on a GPU it was measured
             slower (each new kept count is a new batch size that cuDNN sets up for, seconds
-            per step at first). Default: ``False``. See the guide's page "Residual branches".
+            per step at first); see ``pad``. Default: ``False``. See the guide's page
+            "Residual branches".
+        pad: with ``skip_compute``, the kept samples are padded (with dropped ones, whose
+            outputs are thrown away) to a multiple of ``pad`` rows, so that the branch meets
+            at most ``batch / pad + 1`` batch sizes: on a GPU each new batch size costs cuDNN
+            and cuBLAS a setup. The outputs and gradients are those of the kept samples
+            alone. Default ``None``: 8 for CUDA tensors, 1 (no padding) elsewhere.
 
     Shape: any, with the batch first.
 
@@ -239,15 +250,21 @@ class DropPath(ForwardTransform):
     """
 
     def __init__(self, p: ScheduleLike, *, scale_by_keep: bool = True,
-                 skip_compute: bool = False) -> None:
+                 skip_compute: bool = False, pad: int | None = None) -> None:
         super().__init__(p=(p, _checks.probability))
         self.scale_by_keep = _checks.flag("scale_by_keep", scale_by_keep)
         self.skip_compute = _checks.flag("skip_compute", skip_compute)
+        self.pad = None if pad is None else _checks.count("pad", pad)
+        if self.pad is not None and not self.skip_compute:
+            raise SettingError(f"DropPath(pad={pad}) pads the kept samples of skip_compute: "
+                               f"add skip_compute=True, or leave pad out")
 
     def _options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {} if self.scale_by_keep else {"scale_by_keep": False}
         if self.skip_compute:
             opts["skip_compute"] = True
+        if self.pad is not None:
+            opts["pad"] = self.pad
         return opts
 
     def _check_layers(self, layers: Sequence[tuple[str, Any]], site: Site) -> None:
@@ -290,7 +307,9 @@ class DropPath(ForwardTransform):
         self._check_input(x)
         if x.dim() == 0:
             raise ShapeError("DropPath needs a batch dimension, got a 0-dim tensor")
-        kept = masks.draw_kept(x, self._eager_value("p", layer), self.scale_by_keep, empty_ok)
+        pad = self.pad if self.pad is not None else (PAD_CUDA if x.is_cuda else 1)
+        kept = masks.draw_kept(x, self._eager_value("p", layer), self.scale_by_keep, empty_ok,
+                               pad)
         if kept is None or kept.rows is None:
             return x, kept
         return masks.take_rows(x, kept.rows), kept
