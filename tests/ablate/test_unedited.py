@@ -403,3 +403,26 @@ def test_the_report_judges_a_trainers_folder_under_another_alpha(tmp_path, capsy
     assert main(["report", str(out), "--no-plots", "--set", "epochs=3"]) == 2
     err = capsys.readouterr().err
     assert "epochs changes the runs themselves" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_the_bootstrap_runs_a_module_and_says_when_the_factory_was_never_called(
+        tmp_path, monkeypatch, capsys):
+    """``[python, -m, MODULE]`` runs under the bootstrap as ``python -m`` would; a program that
+    never calls the factory leaves a receipt that says so, and its run fails with that line."""
+    (tmp_path / "mymodels.py").write_text(MODELS)
+    variants = ("  baseline: []\n  drop: [{layers: '2', transform: Dropout2d, p: 0.2}]\n"
+                "  other: [{layers: '2', transform: Dropout2d, p: 0.2}]\n")
+    folder(tmp_path, monkeypatch, make_config("[python, -m, trainmod]", variants=variants,
+                                              extra="attach_to: mymodels.build\n"))
+    (tmp_path / "trainmod.py").write_text(TRAIN.replace(
+        "model = mymodels.build()",
+        "model = (mymodels.build() if os.environ['PLUGDROP_VARIANT'] != 'other' else\n"
+        "         torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(36, 2)))"))
+    assert ablate() == 1
+    out = tmp_path / "out"
+    assert json.loads((run_dir(out, "drop__s0") / "attached.json").read_text())[
+        "attachments"][0]["calls"] == 5
+    error = failed(out, "other__s0")["error"]
+    assert error.startswith("variant 'other' was not attached: attach_to: mymodels.build was "
+                            "never called in the program"), error
