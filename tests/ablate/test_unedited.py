@@ -426,3 +426,20 @@ def test_the_bootstrap_runs_a_module_and_says_when_the_factory_was_never_called(
     error = failed(out, "other__s0")["error"]
     assert error.startswith("variant 'other' was not attached: attach_to: mymodels.build was "
                             "never called in the program"), error
+
+
+def test_a_program_fixed_instead_of_the_config_trains_its_run_again(tmp_path, monkeypatch,
+                                                                    capsys):
+    """The judging unchanged, a run that completed without the metric is trained again on
+    ``--resume``: the program was what had to change (it logs the metric now)."""
+    folder(tmp_path, monkeypatch, _summary_config(seeds="[0]"))
+    (tmp_path / "summary.py").write_text(SUMMARY.replace('"eval_top1"]', '"eval_acc"]'))
+    assert ablate() == 2
+    assert "logged no value of eval_top1" in capsys.readouterr().err
+    (tmp_path / "summary.py").write_text(SUMMARY)  # fixed: it logs eval_top1
+    assert ablate("--resume") == 0
+    rd = run_dir(tmp_path / "out", "baseline__s0")
+    # trained again from the start (no --resume), the first attempt's folder kept beside
+    (argv,) = (rd / "work" / "train" / "argv.txt").read_text().splitlines()
+    assert "--resume" not in argv
+    assert (rd / "work.before-2" / "train" / "summary.csv").exists()

@@ -176,21 +176,39 @@ class ExternalProgram:
         return Source(spec, path, rd.path / "logs")
 
     def begin(self, rd: runs.RunDir, launcher: str) -> Start:
-        if judged_before(rd):  # its training completed: judge it again, train nothing
+        after_judging = judged_before(rd, self.judge)
+        if after_judging == "rejudge":  # trained, judged otherwise now: judge it again
             return Start(_attempts(rd), True, rejudge=True)
         before = _attempts(rd)
+        # trained, and judged failed under the same settings: the program changed, so the run
+        # trains again from the start; what the earlier attempts left is kept beside
+        fresh = before == 0 or after_judging == "retrain"
+        if after_judging == "retrain":
+            self._set_aside(rd, before)
         variant = self.cfg.variant(rd.variant)
         rd.start({"id": rd.id, "variant": rd.variant, "seed": rd.seed,
                   "attachments": [a.describe() for a in variant.attachments],
                   "grid": dict(variant.grid), "config_hash": self.cfg.hash(),
-                  "program": self._argv(rd), "cwd": self.cfg.cwd}, fresh=before == 0)
-        if before:
+                  "program": self._argv(rd), "cwd": self.cfg.cwd}, fresh=fresh)
+        if not fresh:
             _drop_torn_line(rd.metrics, f"the metrics of run {rd.id}")
-        runs.append_line(rd.attempts, {"attempt": before + 1, "resume": before > 0,
+        runs.append_line(rd.attempts, {"attempt": before + 1, "resume": not fresh,
                                        "launcher": launcher, "host": socket.gethostname(),
                                        "pid": os.getpid(), "started": runs.now()},
                          f"the attempts of run {rd.id}")
-        return Start(before + 1, before > 0)
+        return Start(before + 1, not fresh)
+
+    def _set_aside(self, rd: runs.RunDir, attempts: int) -> None:
+        """Move the program's folder of a run that trains again from the start to
+        ``work.before-<attempt>`` (kept, not deleted), and with it the receipt."""
+        work = self._paths(rd).run_dir
+        if work.exists():
+            try:
+                os.replace(work, work.with_name(f"work.before-{attempts + 1}"))
+            except OSError as e:
+                raise runs.storage_error(e, work, f"the folder of run {rd.id}'s program") \
+                    from None
+        (rd.path / "attached.json").unlink(missing_ok=True)
 
     def train(self, rd: runs.RunDir, d: Dist, start: Any, *, stop: StopFlag,
               progress: Progress, lock: runs.RunLock) -> None:

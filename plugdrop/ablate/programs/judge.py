@@ -7,9 +7,10 @@ the end of its stderr, the signal that killed it, ``run_timeout``, the metric it
 (naming those it did), a value that diverged, a variant it did not attach.
 
 A failure of judging only (the program exited with status 0, but the metric is missing or
-the variant's receipt is) is recorded as such (``"judged": true`` in ``failed.json``): the
-training is complete, and a resumed ablation judges the run again, under its settings then,
-without training it again.
+the variant's receipt is) is recorded as such (``"judged": true`` in ``failed.json``, with the
+judging settings it was judged under): the training is complete, and a resumed ablation whose
+judging settings changed (a corrected ``decide_on``) judges the run again without training it;
+under the same settings it trains it again (the program had to change).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runs
-from ..config import AblationConfig
+from ..config import AblationConfig, judging
 from ..errors import one_line
 from ..runs.records import POSITION, finite
 from . import contract, process
@@ -182,6 +183,12 @@ class Judge:
         runs.atomic_write_json(rd.path / "done.json", done, f"the end of run {rd.id}")
         (rd.path / "failed.json").unlink(missing_ok=True)
 
+    def judging(self) -> dict[str, Any]:
+        """The settings that only judge, as the config resolves them (what a failure of
+        judging was judged under)."""
+        resolved = self.cfg.resolved()
+        return {k: resolved.get(k) for k in (*judging(), "receipt")}
+
     def located(self, line: str | None, variant: str) -> str | None:
         """``line`` with a place in the variant's spec file (``variant 'x':2:3``) replaced by
         the place of that attachment in the user's config."""
@@ -214,7 +221,8 @@ class Judge:
                        if ending is not None and ending.killed_by is not None else None),
             "timed_out": bool(ending and ending.timed_out),
             "seconds": ending.seconds if ending is not None else None,
-            JUDGED: reason is not None, "reason": reason, "stderr": stderr,
+            JUDGED: reason is not None, "reason": reason, "judging": self.judging(),
+            "stderr": stderr,
             "logs": {"stdout": str(out_log), "stderr": str(err_log)},
             "failed": runs.now()}, f"the failure of run {rd.id}")
         return RunFailed(line)
@@ -239,11 +247,18 @@ def _read_receipt(rd: runs.RunDir) -> Any:
         return f"unreadable ({e})"
 
 
-def judged_before(rd: runs.RunDir) -> bool:
-    """Whether the run's last attempt failed in its judging only (the program exited with
-    status 0: its training is complete, so it is judged again instead of trained again)."""
+def judged_before(rd: runs.RunDir, judge: Judge) -> str | None:
+    """What becomes of a run whose last attempt failed in its judging only (the program
+    exited with status 0: its training is complete): ``"rejudge"`` under other judging
+    settings than ``judge``'s (a corrected ``decide_on``: judged again, not trained again);
+    ``"retrain"`` under the same ones (the program was what had to change: trained again from
+    the start); ``None`` for any other run."""
     try:
         failed = json.loads((rd.path / "failed.json").read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(failed, dict) and failed.get(JUDGED) is True
+        return None
+    if not isinstance(failed, dict) or failed.get(JUDGED) is not True:
+        return None
+    same = json.dumps(failed.get("judging"), sort_keys=True) == json.dumps(judge.judging(),
+                                                                           sort_keys=True)
+    return "retrain" if same else "rejudge"
