@@ -2,8 +2,8 @@
 
 - :mod:`.base`    ``Transform``, ``ForwardTransform``, ``GradientTransform``,
   ``CoordinatedTransform`` and scheduled settings
-- :mod:`.drop`    ``DropBlock``, ``Dropout2d``, ``Dropout``, ``DropPath``, ``DropHead``,
-  ``DropToken``
+- :mod:`.drop`    ``DropBlock``, ``Dropout2d``, ``Dropout``, ``DropHead``, ``DropToken``
+- :mod:`.droppath` ``DropPath`` (stochastic depth, ``skip_compute``)
 - :mod:`.noise`   ``GaussianNoise``
 - :mod:`.grad`    ``ClipGradValue``, ``ClipGradNorm``, ``ScaleGrad``, ``GradNoise``,
   ``ClipGradAdaptive``, ``CentralizeGrad``
@@ -19,7 +19,8 @@ nothing about hooks.
 """
 
 from .base import CoordinatedTransform, ForwardTransform, GradientTransform, Transform
-from .drop import DropBlock, DropHead, Dropout, Dropout2d, DropPath, DropToken
+from .drop import DropBlock, DropHead, Dropout, Dropout2d, DropToken
+from .droppath import DropPath
 from .grad import (
     CentralizeGrad,
     ClipGradAdaptive,
