@@ -1,7 +1,7 @@
 """The receipt of a run of ``plugdrop ablate`` whose program is this process: what it
 attached, written to ``attached.json`` in the run's folder (``PLUGDROP_RECEIPT``) when the
-variant is attached and again at each :meth:`plugdrop.AblationRun.log` and at exit, with the
-number of times each attachment's hooks ran. The ablation reads it to tell a variant that had
+variant is attached, again at :meth:`plugdrop.AblationRun.log` (at most every 5 s) and at
+exit, with the number of times each attachment's hooks ran. The ablation reads it to tell a variant that had
 no effect from one that was never attached (a forgotten ``attach``, a model that is not the one
 that trains).
 
@@ -29,6 +29,8 @@ _TRACKED: list[tuple[AttachmentGroup, str]] = []
 #: calls an earlier attempt of the run recorded, by label
 _BEFORE: dict[str, int] = {}
 _STATE = {"exit": False, "read": False}
+#: when the receipt was last written (``time.monotonic``)
+_WRITTEN = [-float("inf")]
 
 
 def path() -> Path | None:
@@ -71,11 +73,20 @@ def track(group: AttachmentGroup, by: str) -> None:
     write()
 
 
-def write() -> None:
-    """Write the receipt of the tracked groups (with their hooks' counts so far)."""
+#: a receipt is written again at most this often (a program that logs each step), and at exit
+EVERY_S = 5.0
+
+
+def write(force: bool = True) -> None:
+    """Write the receipt of the tracked groups (with their hooks' counts so far); unless
+    ``force``, only when the last one is :data:`EVERY_S` seconds old."""
     target = path()
     if target is None or not _TRACKED or not rank_zero():
         return
+    now = time.monotonic()
+    if not force and now - _WRITTEN[0] < EVERY_S:
+        return
+    _WRITTEN[0] = now
     attachments = []
     for group, _ in _TRACKED:
         for label, h in zip(group.labels, group.handles):

@@ -123,7 +123,7 @@ class AblationRun:
     def record_attached(self, group: AttachmentGroup, by: str = "run.attach") -> None:
         """Record ``group`` as what this run attached: the receipt (``attached.json`` beside
         :attr:`metrics`, ``PLUGDROP_RECEIPT``) is written now, at each :meth:`log` and at exit,
-        with how often the hooks ran. :meth:`attach` and the callbacks call it; call it when
+        with how often the hooks ran (at :meth:`log`, at most every 5 s). :meth:`attach` and the callbacks call it; call it when
         you attach the variant's spec yourself (:func:`plugdrop.attach_all` of :attr:`spec`).
         ``plugdrop ablate`` fails a run of a variant with attachments that leaves no receipt
         (unless its config says ``receipt: false``).
@@ -157,7 +157,7 @@ class AblationRun:
         if not _receipt.rank_zero():
             return
         _append(self.metrics, _record(epoch, step, metrics))
-        _receipt.write()
+        _receipt.write(force=False)
 
 
 def _record(epoch: int | None, step: int | None, metrics: Mapping[str, Any]) -> dict[str, Any]:

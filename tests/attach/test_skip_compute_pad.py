@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_skip_compute import MASKS, Forced, rows_seen, vit
+from test_skip_compute import MASKS, forced_step, rows_seen, vit
 
 import plugdrop as pd
 from plugdrop._kernels.masks import padded
@@ -29,16 +29,6 @@ def test_the_ladder_bounds_the_batch_sizes(batch, pad, data):
     assert len(sizes) <= batch // pad + 2
 
 
-def _step(model, x, masks, monkeypatch):
-    model.train().zero_grad()
-    x = x.detach().requires_grad_()
-    with monkeypatch.context() as mp:
-        mp.setattr(torch, "bernoulli", Forced(masks))
-        y = model(x)
-    y.square().sum().backward()
-    return y.detach(), x.grad, [p.grad for p in model.parameters()]
-
-
 @pytest.mark.parametrize("pad", [2, 4, 8])
 def test_padding_changes_no_output_and_no_gradient(pad, monkeypatch):
     torch.manual_seed(0)
@@ -50,8 +40,8 @@ def test_padding_changes_no_output_and_no_gradient(pad, monkeypatch):
         pd.residual_branches(m, x[:2])
         pd.attach(m, "residual:", pd.DropPath(0.3, skip_compute=True, **how))
     seen = rows_seen(padded_model, "blocks.0.norm1")
-    y0, gx0, gp0 = _step(plain, x, MASKS, monkeypatch)
-    y1, gx1, gp1 = _step(padded_model, x, MASKS, monkeypatch)
+    y0, gx0, gp0 = forced_step(plain, x, MASKS, monkeypatch)
+    y1, gx1, gp1 = forced_step(padded_model, x, MASKS, monkeypatch)
     torch.testing.assert_close(y1, y0, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(gx1, gx0, rtol=1e-12, atol=1e-12)
     for a, b in zip(gp1, gp0):

@@ -299,11 +299,10 @@ def load_run(out: Path, variant: str, seed: int, config_hash: str | Sequence[str
     return run
 
 
-def _sealed(done_path: Path) -> int | None:
+def _sealed(done: Any) -> int | None:
     """The size of a finished program run's metrics file when it was judged (``done.json``'s
     ``metrics_bytes``), ``None`` when not recorded."""
-    done, problem = _read_json(done_path)
-    size = done.get("metrics_bytes") if problem is None and isinstance(done, dict) else None
+    size = done.get("metrics_bytes") if isinstance(done, dict) else None
     return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
@@ -327,7 +326,9 @@ def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str]
                                                                          run.seed) != run.seed:
             problems.append("run.json names another variant or seed than ablation.json")
     done_path, failed_path = run.path / "done.json", run.path / "failed.json"
-    sealed = _sealed(done_path) if program else None
+    ended = done_path.exists()
+    done, problem = _read_json(done_path) if ended else (None, None)
+    sealed = _sealed(done) if program and problem is None else None
     run.metrics = (read_records(run.path / "metrics.jsonl", warnings, sealed) if program
                    else _read_metrics(run.path / "metrics.jsonl", warnings))
     gradcam = run.path / "gradcam.png"
@@ -339,8 +340,7 @@ def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str]
         else:
             warnings.append(f"{run.path / 'attached.json'}: {problem or 'not a JSON object'}; "
                             f"what the run attached is not shown")
-    if done_path.exists():
-        done, problem = _read_json(done_path)
+    if ended:
         if problem is not None or not isinstance(done, dict):
             problems.append(f"done.json {problem or 'is not a JSON object'}")
         else:
