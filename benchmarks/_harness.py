@@ -82,11 +82,13 @@ def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
     return sum(seen.values())
 
 
-def drop_path_model(bare: nn.Module, x: torch.Tensor, rate: float, skip: bool) -> nn.Module:
+def drop_path_model(bare: nn.Module, x: torch.Tensor, rate: float, skip: bool,
+                    pad: int | None = None) -> nn.Module:
     """A copy of ``bare`` with DropPath on every residual branch, rates rising from 0 to
-    ``rate`` by depth (timm's ``drop_path_rate`` rule), ``skip_compute=skip``."""
+    ``rate`` by depth (timm's ``drop_path_rate`` rule), ``skip_compute=skip`` (and its
+    ``pad``: None for the default)."""
     model = copy.deepcopy(bare).train()
     pd.residual_branches(model, x[:2])
     pd.attach(model, "residual:", pd.DropPath(pd.by_depth(0.0, rate, by="parent"),
-                                                skip_compute=skip))
+                                                skip_compute=skip, pad=pad))
     return model

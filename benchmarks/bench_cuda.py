@@ -1,15 +1,20 @@
-"""The CUDA paths (skipped without a GPU): each transform through the public attach path against
+"""The CUDA paths (skipped without a GPU; ``./dev bench-gpu`` runs them and writes
+``benchmarks/RESULTS-cuda.md``): each transform through the public attach path against
 ``x * x``, timm's and torchvision's implementations, and whole training steps of timm models
 (bf16 autocast, channels-last) against the bare model and timm's own rate arguments, all
-interleaved in one process. Each timed call runs the candidate ``reps`` times and then waits for
-the device (``torch.cuda.synchronize``), so a ratio compares what the GPU did, launches
-included; ms are per call.
+interleaved in one process; and the first steps of the stochastic-depth models, each in a
+fresh process. Each timed call runs the candidate ``reps`` times and then waits for the device
+(``torch.cuda.synchronize``), so a ratio compares what the GPU did, launches included; ms are
+per call.
 
-DropBlock's dense mask is measured both ways (:mod:`plugdrop._kernels.dense`): grown by max
-pooling the seeds' uniforms (``max-pool``) and by a boolean sliding-window OR (``window-or``);
-timm's DropBlock2d is run per channel (``couple_channels=False``, as plugdrop's default) and
-shared (as plugdrop's ``shared_channels=True``). ``BENCH_ROWS=FILE`` appends each row to FILE
-as it is measured (JSON lines), so a run cut short keeps what it measured."""
+DropBlock, Dropout2d's small maps and noise ship on the Triton kernels
+(:mod:`plugdrop._kernels.gpu`) where Triton is. The rows also time the torch-op paths they
+replaced (``plugdrop dense``: Triton switched off, the dense mask as it was chosen before),
+and DropBlock's two dense masks (grown by max pooling the seeds' uniforms, ``max-pool``, or by
+a boolean sliding-window OR, ``window-or``, :mod:`plugdrop._kernels.dense`); timm's
+DropBlock2d is run per channel (``couple_channels=False``, as plugdrop's default) and shared
+(as plugdrop's ``shared_channels=True``). ``BENCH_ROWS=FILE`` appends each row to FILE as it
+is measured (JSON lines), so a run cut short keeps what it measured."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import torch.nn.functional as F
 import plugdrop as pd
 from _harness import drop_path_model, interleaved
 from _harness import record as _record
+from plugdrop._kernels import autograd as KA
 from plugdrop._kernels import dense
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -42,14 +48,20 @@ def record(benchmark, case: str, medians: dict[str, float], **kw: object) -> Non
 
 
 def _mask(path: str, f: Callable[[], object]) -> Callable[[], object]:
-    """``f`` with DropBlock's dense mask drawn by ``path`` (max-pool or window-or)."""
+    """``f`` with the kernels of ``path``: ``triton`` (what ships), ``dense`` (Triton off, the
+    torch-op paths as they were chosen before), ``max-pool`` or ``window-or`` (Triton off,
+    DropBlock's dense mask drawn that way)."""
     def run() -> object:
-        old = dense.pooled
-        dense.pooled = (lambda device, seeds: path == "max-pool")  # type: ignore[assignment]
+        old, old_triton = dense.pooled, KA.USE_TRITON
+        if path != "triton":
+            KA.USE_TRITON = False
+        if path in ("max-pool", "window-or"):
+            dense.pooled = (lambda device, seeds: path == "max-pool")  # type: ignore[assignment]
         try:
             return f()
         finally:
             dense.pooled = old  # type: ignore[assignment]
+            KA.USE_TRITON = old_triton
     return run
 
 
@@ -97,12 +109,12 @@ def test_dropblock_forward(benchmark, shape, dtype):
     x = torch.randn(shape, device="cuda", dtype=dtype)
     ours = _attached(pd.DropBlock(P, block_size=7))
     theirs = _timm_dropblock(shared=False)
-    fns = {"plugdrop": _mask("max-pool", lambda: ours(x)),
-           "plugdrop window-or": _mask("window-or", lambda: ours(x)),
+    fns = {"plugdrop": _mask("triton", lambda: ours(x)),
+           "plugdrop dense": _mask("dense", lambda: ours(x)),
            "x*x": lambda: x * x, "timm per channel": lambda: theirs(x),
            "torchvision": lambda: tv.drop_block2d(x, P, 7, training=True)}
     med = _timed(fns, reps=20, budget_s=2.0, min_rounds=11, max_rounds=40)
-    record(benchmark, f"CUDA DropBlock fwd {_id(shape)} {str(dtype)[6:]} (max-pool mask)", med)
+    record(benchmark, f"CUDA DropBlock fwd {_id(shape)} {str(dtype)[6:]}", med)
     benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
 
 
@@ -110,8 +122,8 @@ def test_shared_dropblock_forward(benchmark):
     x = torch.randn(64, 256, 56, 56, device="cuda", dtype=torch.bfloat16)
     ours = _attached(pd.DropBlock(P, block_size=7, shared_channels=True))
     theirs = _timm_dropblock(shared=True)
-    fns = {"plugdrop": _mask("max-pool", lambda: ours(x)),
-           "plugdrop window-or": _mask("window-or", lambda: ours(x)),
+    fns = {"plugdrop": _mask("triton", lambda: ours(x)),
+           "plugdrop dense": _mask("dense", lambda: ours(x)),
            "x*x": lambda: x * x, "timm shared": lambda: theirs(x)}
     med = _timed(fns, reps=20, budget_s=2.0, min_rounds=11, max_rounds=40)
     record(benchmark, "CUDA DropBlock shared_channels fwd 64x256x56x56 bfloat16", med)
@@ -132,8 +144,9 @@ def test_dropblock_forward_backward(benchmark, shape, dtype):
             x.grad = None
             f().backward(g)
         return run
-    fns = {"plugdrop": step(lambda: ours(x)), "x*mask": step(lambda: x * mask),
-           "timm per channel": step(lambda: theirs(x))}
+    fns = {"plugdrop": _mask("triton", step(lambda: ours(x))),
+           "plugdrop dense": _mask("dense", step(lambda: ours(x))),
+           "x*mask": step(lambda: x * mask), "timm per channel": step(lambda: theirs(x))}
     med = _timed(fns, reps=10, budget_s=2.0, min_rounds=11, max_rounds=40)
     record(benchmark, f"CUDA DropBlock fwd+bwd {_id(shape)} {str(dtype)[6:]}", med)
     benchmark.pedantic(fns["plugdrop"], rounds=3, iterations=1)
@@ -155,12 +168,15 @@ def test_other_transforms_forward(benchmark):
     fns: dict[str, Callable[[], object]] = {"x*x": lambda: x * x}
     for name, (transform, baseline) in cases.items():
         m = _attached(transform)
-        fns[name] = (lambda m=m: m(x))
+        fns[name] = _mask("triton", lambda m=m: m(x))
         fns[f"{name} (torch/timm)"] = baseline
+    fns["GaussianNoise dense"] = _mask("dense", lambda m=_attached(pd.GaussianNoise(P)): m(x))
     med = _timed(fns, reps=20, budget_s=3.0, min_rounds=11, max_rounds=40)
     for name in cases:
         notes.append(f"{name} {med[name] * 1e3:.3f} ms: {med[name] / med['x*x']:.2f}x x*x, "
                      f"{med[name] / med[f'{name} (torch/timm)']:.2f}x torch/timm")
+    notes.append(f"GaussianNoise {med['GaussianNoise'] / med['GaussianNoise dense']:.2f}x "
+                 f"its torch-op path")
     # The subject of the row is DropPath (the table shows one subject per case).
     fns["plugdrop"] = fns["DropPath"]
     med["plugdrop"] = med["DropPath"]
@@ -198,8 +214,8 @@ def test_resnet50_train_step(benchmark):
     pd.attach(ours, "layer3.*", pd.DropBlock(P, block_size=5))
     pd.attach(ours, "layer4.*", pd.DropBlock(P, block_size=3))
     theirs = make(drop_block_rate=P)
-    fns = {"plugdrop": _step(ours, x, y),
-           "plugdrop window-or": _mask("window-or", _step(ours, x, y)),
+    fns = {"plugdrop": _mask("triton", _step(ours, x, y)),
+           "plugdrop dense": _mask("dense", _step(ours, x, y)),
            "bare": _step(bare, x, y), "timm drop_block_rate": _step(theirs, x, y)}
     med = _timed(fns, reps=3, budget_s=6.0, min_rounds=11, max_rounds=30)
     record(benchmark, "CUDA timm resnet50 train step, batch 64, 224 px, bf16, channels-last",
@@ -220,14 +236,38 @@ def test_droppath_train_step(benchmark, name, batch):
     bare = timm.create_model(name, pretrained=False).cuda().train()
     theirs = timm.create_model(name, pretrained=False, drop_path_rate=0.2).cuda().train()
     fns = {"bare": _step(bare, x, y), "timm drop_path_rate 0.2": _step(theirs, x, y),
-           "plain DropPath 0.2": _step(drop_path_model(bare, x, 0.2, False), x, y),
+           "plain DropPath 0.4": _step(drop_path_model(bare, x, 0.4, False), x, y),
            "skip_compute 0.2": _step(drop_path_model(bare, x, 0.2, True), x, y),
-           "skip_compute 0.4": _step(drop_path_model(bare, x, 0.4, True), x, y)}
-    med = _timed(fns, reps=3, budget_s=8.0, min_rounds=11, max_rounds=30)
+           "skip_compute 0.4": _step(drop_path_model(bare, x, 0.4, True), x, y),
+           "skip_compute 0.4 pad 16": _step(drop_path_model(bare, x, 0.4, True, 16), x, y)}
+    # warm: every batch size the padding allows seen before the timing (the first steps are
+    # test_droppath_first_steps')
+    med = _timed(fns, reps=3, budget_s=8.0, min_rounds=11, max_rounds=30, warmup=12)
     note = "; ".join(f"{k}: {med[k] / med['bare']:.3f}x bare" for k in fns if k != "bare")
-    record(benchmark, f"CUDA {name} train step, batch {batch}, 224 px, bf16", med,
-           subject="skip_compute 0.2", note=note)
-    benchmark.pedantic(fns["skip_compute 0.2"], rounds=2, iterations=1)
+    record(benchmark, f"CUDA {name} train step, batch {batch}, 224 px, bf16, warm", med,
+           subject="skip_compute 0.4", note=note)
+    benchmark.pedantic(fns["skip_compute 0.4"], rounds=2, iterations=1)
+
+
+@pytest.mark.parametrize("name", ["convnext_tiny", "vit_base_patch16_224"])
+def test_droppath_first_steps(benchmark, name):
+    """The first 20 steps (batch 64, 224 px, bf16), each setting in a fresh process:
+    ``DropPath(skip_compute=True)`` at 0 to 0.4 by depth, with its default padding, against
+    the bare model. A new batch size costs cuDNN seconds at first, which the padding bounds."""
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "_first_steps.py")
+    steps = {}
+    for setting in ("bare", "skip"):
+        out = subprocess.run([sys.executable, script, name, setting, "20"], check=True,
+                             capture_output=True, text=True, timeout=240).stdout
+        steps[setting] = json.loads(out.strip().splitlines()[-1])
+    med = {"skip_compute 0.4": sum(steps["skip"]), "bare": sum(steps["bare"])}
+    note = "; ".join(f"{k} steps 1-5 (ms): " + ", ".join(f"{t * 1e3:.0f}" for t in v[:5])
+                     for k, v in steps.items())
+    record(benchmark, f"CUDA {name} first 20 steps (sum), fresh process", med,
+           subject="skip_compute 0.4", note=note)
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
 
 
 def test_compiled_dropblock_forward(benchmark):

@@ -1,6 +1,11 @@
 """Print the ratio table of pytest-benchmark JSON files and write benchmarks/RESULTS.md.
 
 Usage: python benchmarks/report.py RUN.json [RUN2.json ...] [--write benchmarks/RESULTS.md]
+       python benchmarks/report.py CUDA.json --cuda benchmarks/RESULTS-cuda.md
+
+``--cuda`` (``./dev bench-gpu``) rewrites only the section of the latest GPU run in that file
+(between its two marker lines, added at the end the first time), keeping the earlier
+sessions' notes.
 
 With several runs (``./dev bench`` with ``BENCH_RUNS=3``), each ratio shows every run's value
 and the worst of them, so a target is checked against all runs, not the luckiest.
@@ -92,16 +97,54 @@ def _conditions(datas: list[dict]) -> str:
     return "\n".join(lines)
 
 
+_BEGIN = "<!-- ./dev bench-gpu: the latest run, rewritten by each run -->"
+_END = "<!-- end of ./dev bench-gpu's run -->"
+
+
+def versions() -> str:
+    """The GPU and the versions that decide its kernels."""
+    parts = [f"GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}",
+             f"torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
+             f"{torch.backends.cudnn.version()})"]
+    for name in ("triton", "timm", "torchvision"):
+        try:
+            parts.append(f"{name} {__import__(name).__version__}")
+        except Exception:
+            parts.append(f"{name} missing")
+    return "; ".join(parts) + f"; Python {platform.python_version()}"
+
+
+def write_cuda_section(dest: Path, datas: list[dict], text: str) -> None:
+    """Put the run's table into ``dest`` between the markers, the rest of it kept."""
+    section = "\n".join([_BEGIN, "## The latest `./dev bench-gpu` run", "",
+                         versions() + ".", "", _conditions(datas), "", text, _END])
+    old = dest.read_text() if dest.exists() else "# CUDA benchmark results\n"
+    if _BEGIN in old and _END in old:
+        head, rest = old.split(_BEGIN, 1)
+        new = head + section + rest.split(_END, 1)[1]
+    else:
+        new = old.rstrip("\n") + "\n\n" + section + "\n"
+    dest.write_text(new)
+
+
+def _option(argv: list[str], files: list[str], flag: str) -> Path | None:
+    if flag not in argv:
+        return None
+    value = argv[argv.index(flag) + 1]
+    files.remove(value)
+    return Path(value)
+
+
 def main(argv: list[str]) -> None:
     files = [a for a in argv if not a.startswith("--")]
-    if "--write" in argv:
-        dest = Path(argv[argv.index("--write") + 1])
-        files.remove(str(argv[argv.index("--write") + 1]))
-    else:
-        dest = None
+    dest = _option(argv, files, "--write")
+    cuda = _option(argv, files, "--cuda")
     datas = [json.loads(Path(f).read_text()) for f in files]
     text = table(datas)
     print(text)
+    if cuda is not None:
+        write_cuda_section(cuda, datas, text)
+        print(f"\nwritten to {cuda}")
     if dest is not None:
         dest.write_text("# Benchmark results\n\nMeasured by `./dev bench` on: " + machine()
                         + "\n\n" + _conditions(datas) + "\n\n" + text + "\n")

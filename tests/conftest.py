@@ -11,6 +11,12 @@ import pytest
 import torch
 import torch.nn as nn
 
+# Where no GPU is, the Triton kernels (plugdrop/_kernels/gpu) run on CPU tensors in the tests
+# that ask for them, through Triton's interpreter, which must be chosen before Triton is first
+# imported (torch.compile imports it).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -148,3 +154,37 @@ def memory_layouts(x: torch.Tensor) -> dict[str, torch.Tensor]:
     for name, v in out.items():
         assert torch.equal(v, x), name
     return out
+
+
+def triton_path(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Send the DropBlock, Dropout2d and noise kernels to Triton: on CUDA where a GPU is (the
+    caller's tensors must be there), else on CPU tensors through the interpreter; skip where
+    Triton cannot run. Returns the device the tests should use."""
+    from plugdrop._kernels import gpu
+
+    if not gpu.available():
+        pytest.skip("Triton is not installed here")
+    if torch.cuda.is_available():
+        return "cuda"
+    if not gpu.interpreted():
+        pytest.skip("Triton's interpreter was not chosen before Triton was imported "
+                    "(TRITON_INTERPRET=1)")
+    monkeypatch.setattr(gpu, "ON_CPU", True)
+    _unsanitized_interpreter()
+    return "cpu"
+
+
+def _unsanitized_interpreter() -> None:
+    """Triton's interpreter checks every 32-bit integer product for overflow, an assertion
+    that only fires in its debug mode (and the kernels' hashes wrap on purpose): switched off
+    here, the interpreted kernels run 1.7x as fast, with the same results."""
+    try:
+        import dataclasses
+
+        from triton.runtime import interpreter
+
+        builder = interpreter.interpreter_builder
+        if builder.options.sanitize_overflow:
+            builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
+    except (ImportError, AttributeError, TypeError):  # another Triton: only slower
+        pass

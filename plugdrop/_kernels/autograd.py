@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .. import _compat
-from . import cext
+from . import cext, gpu
 
 def _dense_strides(t: torch.Tensor) -> bool:
     """True if ``t`` covers exactly ``t.numel()`` consecutive storage elements (any order)."""
@@ -124,9 +124,28 @@ class _SelfAdjoint:
 USE_CEXT = True
 
 
+#: Use the Triton kernels for accelerator tensors where Triton is (tests and benchmarks switch
+#: it off to compare with the torch-op paths).
+USE_TRITON = True
+
+
+def triton_applies(x: torch.Tensor) -> bool:
+    """Whether the fused Triton DropBlock kernel will run on ``x`` (a float tensor of 3 to 5
+    dims on a device :func:`.gpu.runs_on`)."""
+    return (USE_TRITON and x.is_floating_point() and 3 <= x.dim() <= 5
+            and gpu.runs_on(x))
+
+
 def fused_applies(x: torch.Tensor) -> bool:
-    """Whether the fused kernel will run on ``x``."""
-    return USE_CEXT and cext.applies(x)
+    """Whether a fused kernel (Triton's on an accelerator, else the C kernel) will run on
+    ``x``."""
+    return triton_applies(x) or (USE_CEXT and cext.applies(x))
+
+
+def _gpu_blockdrop() -> Any:
+    from .gpu import blockdrop  # imports Triton: only once a tensor needs it
+
+    return blockdrop
 
 
 def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor, channels: int,
@@ -140,10 +159,13 @@ def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, c
                       valid: tuple[int, ...], blocks: tuple[int, ...],
                       thresh: tuple[int, ...], call: cext.Prepared | None = None) -> torch.Tensor:
     """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words) zeroed:
-    the fused kernel (``call``, prepared for tensors like ``x``, if given and ``x`` fits it),
-    or, where it does not apply to ``x`` (a gradient in another layout), the same seeds from
-    the generator's torch-op definition."""
+    the Triton kernel on an accelerator (the same seeds), the fused C kernel (``call``,
+    prepared for tensors like ``x``, if given and ``x`` fits it), or, where it does not apply
+    to ``x`` (a gradient in another layout), the same seeds from the generator's torch-op
+    definition."""
     k0, k1 = key.tolist()
+    if triton_applies(x):
+        return _gpu_blockdrop().block_drop(x, scale, (k0, k1), thresh, channels, valid, blocks)
     if USE_CEXT:
         if call is not None and call.fits(x):
             out = call(x, k0, k1)
@@ -183,6 +205,13 @@ GaussianNoise = _SelfAdjoint(
 
 def _noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
            strides: tuple[int, ...]) -> torch.Tensor:
+    if USE_TRITON and gpu.runs_on(x):
+        from .gpu import noise  # imports Triton: only once a tensor needs it
+
+        k0, k1 = key.tolist()
+        if x.stride() != strides:
+            x = x.contiguous()  # the draw's memory order (strides are contiguous here)
+        return noise.noise(x, (k0, k1), std, multiplicative)
     out = cext.noise(x, key, std, multiplicative, strides)
     if out is None:
         raise RuntimeError("plugdrop: the noise kernel does not apply to this tensor")
@@ -195,7 +224,10 @@ NOISE_MIN_NUMEL = 16384
 
 
 def noise_applies(x: torch.Tensor) -> bool:
-    """Whether the fused noise kernel will run on ``x``."""
+    """Whether a fused noise kernel will run on ``x`` (Triton's on an accelerator for
+    contiguous float tensors, the C kernel for float32 CPU tensors of a dense layout)."""
+    if USE_TRITON and gpu.runs_on(x):
+        return x.is_floating_point() and x.is_contiguous() and x.numel() > 0
     return (USE_CEXT and x.numel() >= NOISE_MIN_NUMEL and x.dtype == torch.float32
             and x.device.type == "cpu"
             and _dense_strides(x) and cext.library() is not None)

@@ -26,7 +26,7 @@ from .. import _compat, _layout
 from .._device import PerDevice
 from ..errors import ShapeError
 from . import autograd as KA
-from . import cext, dense, draws, geometry
+from . import cext, dense, draws, geometry, gpu
 from . import ops as kernel_ops
 
 __all__ = ["FUSED_MAX_MAP", "FUSED_MIN_NUMEL", "FusedPlan", "drop_block", "dropout2d",
@@ -49,9 +49,18 @@ class FusedPlan:
     and dtype)."""
 
     def __init__(self, scale: torch.Tensor, meta: tuple[Any, ...], like: torch.Tensor) -> None:
+        if KA.triton_applies(like):
+            # The Triton kernel: its scale map as it reads it (float32, float64 for float64
+            # tensors, on the device), converted once per plan.
+            want = torch.float64 if like.dtype == torch.float64 else torch.float32
+            with _compat.constants():
+                scale = scale.to(device=like.device, dtype=want).expand(
+                    like.shape[2:]).contiguous()
+            call = None
+        else:
+            call = cext.prepare(like, scale, meta[3], meta[2], shared=meta[0] != like.shape[1])
         self.scale = scale
-        self.meta = (*meta, cext.prepare(like, scale, meta[3], meta[2],
-                                         shared=meta[0] != like.shape[1]))
+        self.meta = (*meta, call)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         key = cext.draw_key()
@@ -73,12 +82,19 @@ class FusedPlan:
         return KA.HashedBlockDrop.apply(x, self.scale, key, self.meta)
 
 
-#: The fused plan of each (shape, strides, dtype, device, p, block size, shared, rescale) met on
-#: the default layout by DropBlock, and of each ("dropout2d", shape, strides, dtype, device, p)
-#: by Dropout2d: a repeated call skips the layout checks and the geometry (what they decide
-#: depends on nothing else). Bounded: a schedule makes a new ``p`` per step.
+#: The fused plan of each (shape, strides, dtype, device, p, block size, shared, rescale,
+#: switches) met on the default layout by DropBlock, and of each ("dropout2d", shape, strides,
+#: dtype, device, p, switches) by Dropout2d: a repeated call skips the layout checks and the
+#: geometry (what they decide depends on nothing else). Bounded: a schedule makes a new ``p``
+#: per step.
 _FUSED_PLANS: dict[tuple[Any, ...], FusedPlan] = {}
 _FUSED_PLANS_MAX = 256
+
+
+def _switches() -> tuple[bool, bool, bool]:
+    """The switches that choose a kernel (part of a plan's key: a plan made under others is
+    not reused when tests or benchmarks turn them)."""
+    return KA.USE_CEXT, KA.USE_TRITON, gpu.ON_CPU
 
 
 def _cached_plan(key: tuple[Any, ...]) -> FusedPlan | None:
@@ -90,7 +106,7 @@ def _cached_plan(key: tuple[Any, ...]) -> FusedPlan | None:
 def _remember_plan(key: tuple[Any, ...] | None, x: torch.Tensor, plan: FusedPlan) -> None:
     """Remember ``plan`` under ``key`` (None: not cacheable) if the kernel applies to ``x`` as
     given (what ``fused_applies`` said of its view, unpatched); bounded by clearing."""
-    if key is None or not cext.applies(x):
+    if key is None or not KA.fused_applies(x):
         return
     if len(_FUSED_PLANS) >= _FUSED_PLANS_MAX:
         _FUSED_PLANS.clear()
@@ -103,10 +119,10 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     """:func:`plugdrop.functional.drop_block` with checked settings (shapes are still
     checked: a :class:`~plugdrop.ShapeError` names the shape and the fix)."""
     plan_key = None
-    if not isinstance(p, torch.Tensor) and KA.USE_CEXT and (layout is None
-                                                            or layout == "channels_first"):
+    if not isinstance(p, torch.Tensor) and (KA.USE_CEXT or KA.USE_TRITON) and (
+            layout is None or layout == "channels_first"):
         plan_key = (x.shape, x.stride(), x.dtype, x.device, p, blocks, shared_channels,
-                    rescale)
+                    rescale, *_switches())
         plan = _cached_plan(plan_key)
         if plan is not None:
             return plan(x)
@@ -135,7 +151,7 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     b, c = view.shape[:2]
     channels = 1 if shared_channels else c
     if isinstance(p, torch.Tensor):
-        if kernel_ops.applies(view, rescale):
+        if kernel_ops.applies(view, p, rescale):
             key = torch.randint(0, 2**32, (2,), dtype=torch.int64)
             return restore(kernel_ops.block_drop(view, p, key, channels, list(blocks),
                                                  rescale == "expected"))
@@ -148,10 +164,12 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
         scale = _ONE.get(view.device)
     valid = tuple(s - k + 1 for s, k in zip(sizes, blocks))
     n_seeds = b * channels * math.prod(valid)
-    if (rescale != "count" and gamma <= draws.SPARSE_MAX_GAMMA and KA.fused_applies(view)
+    if (rescale != "count" and (KA.triton_applies(view) or (
+            gamma <= draws.SPARSE_MAX_GAMMA and KA.fused_applies(view)))
             and not torch.compiler.is_compiling()):
-        # The fused kernel draws the seeds from a key taken from torch's generator: one pass
-        # over x, and 16 bytes saved for the backward.
+        # The fused kernel (Triton's on an accelerator, at any rate: the seeds' walk costs
+        # little beside the pass) draws the seeds from a key taken from torch's generator: one
+        # pass over x, and 16 bytes saved for the backward.
         plan = FusedPlan(scale, (channels, valid, blocks, cext.thresholds(gamma)), view)
         _remember_plan(plan_key, x, plan)
         return restore(plan(view))
@@ -218,9 +236,9 @@ def dropout2d(x: torch.Tensor, p: Number, layout: str | None,
               prefix_tokens: int | None) -> torch.Tensor:
     """:func:`plugdrop.functional.dropout2d` with checked settings."""
     plan_key = None
-    if (not isinstance(p, torch.Tensor) and KA.USE_CEXT
+    if (not isinstance(p, torch.Tensor) and (KA.USE_CEXT or KA.USE_TRITON)
             and (layout is None or layout == "channels_first") and dropout2d_fused(x)):
-        plan_key = ("dropout2d", x.shape, x.stride(), x.dtype, x.device, p)
+        plan_key = ("dropout2d", x.shape, x.stride(), x.dtype, x.device, p, *_switches())
         plan = _cached_plan(plan_key)
         if plan is not None:
             return plan(x)
@@ -228,13 +246,13 @@ def dropout2d(x: torch.Tensor, p: Number, layout: str | None,
                                               prefix_tokens)
     if _is_zero(p):
         return x
-    if (not isinstance(p, torch.Tensor) and dropout2d_fused(view) and KA.USE_CEXT
-            and not torch.compiler.is_compiling()):
-        if cext.odd_layout(view):
+    if (not isinstance(p, torch.Tensor) and dropout2d_fused(view)
+            and not torch.compiler.is_compiling() and (KA.USE_CEXT or KA.triton_applies(view))):
+        if not KA.triton_applies(view) and cext.odd_layout(view):
             # A memory order the fused kernel does not take: the mask of the contiguous copy.
             out = dropout2d(view.contiguous(), p, "channels_first", None)
             return restore(_layout.laid_out_as(out, view))
-        if cext.applies(view):
+        if KA.fused_applies(view):
             # The DropBlock kernel with the whole map as the block: one seed per map, drawn
             # with probability p, drops the map; one pass over x (a broadcast multiply by a
             # (B, C, 1, 1) mask is slow on small maps), 16 bytes and the scale saved for the

@@ -218,17 +218,17 @@ def _hash(n: torch.Tensor, k0: int, k1: int) -> torch.Tensor:
 
 
 def hashed_seeds(key: tuple[int, int], thresh: tuple[int, ...],
-                 total: int) -> torch.Tensor:
+                 total: int, first_block: int = 0) -> torch.Tensor:
     """The seeds the kernel's generator draws among ``total`` positions of the flattened seed
     grid ``(B, channels, *valid)`` (the positions whose block fits in the map), sorted, int64:
     the reference definition of its generator in torch ops (the kernel's fallback and the
-    tests')."""
+    tests'). With ``first_block``, only those from position ``256 * first_block`` on."""
     k0, k1 = key
     if thresh[0] >= 2**32 or total <= 0:
         return torch.zeros(0, dtype=torch.int64)
     t = torch.tensor(thresh[:16], dtype=torch.int64)
     r = torch.tensor(thresh[16:], dtype=torch.int64)
-    blocks = torch.arange((total + BLOCK - 1) // BLOCK, dtype=torch.int64)
+    blocks = torch.arange(first_block, (total + BLOCK - 1) // BLOCK, dtype=torch.int64)
     pos = torch.full_like(blocks, -1)
     found = []
     for k in range(BLOCK):  # draw k of every block still open: the gap to its next seed

@@ -18,7 +18,7 @@ import torch
 
 from .._compat import constant_result
 from . import autograd as KA
-from . import cext, geometry
+from . import cext, geometry, gpu
 
 
 @torch.library.custom_op("plugdrop::block_drop", mutates_args=())
@@ -27,7 +27,7 @@ def block_drop(x: torch.Tensor, p: torch.Tensor, key: torch.Tensor, channels: in
     """``x`` with DropBlock applied at probability ``p`` (the fused kernel, seeds drawn from
     ``key``); ``expected``: rescale by the inverse keep probability, else not at all."""
     scale, valid, bl, thresh = _plan(float(p), tuple(x.shape[2:]), tuple(blocks), expected,
-                                     x.dtype)
+                                     x.dtype, x.device)
     if math.prod(valid) == 0:  # pragma: no cover - blocks are clipped to the map
         return x * scale
     return KA.hashed_block_drop(x, scale, key, channels, valid, bl, thresh)
@@ -35,17 +35,20 @@ def block_drop(x: torch.Tensor, p: torch.Tensor, key: torch.Tensor, channels: in
 
 @functools.lru_cache(maxsize=256)
 def _plan(p: float, sizes: tuple[int, ...], blocks: tuple[int, ...], expected: bool,
-          dtype: torch.dtype) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...],
+          dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...],
                                        tuple[int, ...]]:
     """What the kernel needs for one ``p`` and geometry (the scale map in ``dtype``, the valid
-    seed grid, the thresholds), computed once: a compiled graph calls the op every step, and
+    seed grid, the thresholds), on ``x``'s device, computed once: a compiled graph calls the op every step, and
     at a constant ``p`` (after a ramp) each call would otherwise rebuild them (about 60 us)."""
     q = geometry.solve_keep(p, sizes, blocks)
+    if KA.USE_TRITON and gpu.serves(device):
+        # The Triton kernel's scale: float32 (float64 for float64 tensors), on the device.
+        dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if expected:
         scale = geometry.scale_map(q, sizes, blocks, torch.device("cpu"), torch.float32)
-        scale = scale.to(dtype).expand(sizes).contiguous()
+        scale = scale.to(dtype).expand(sizes).contiguous().to(device)
     else:
-        scale = torch.ones(sizes, dtype=dtype)
+        scale = torch.ones(sizes, dtype=dtype, device=device)
     valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
     return scale, valid, blocks, cext.thresholds(1.0 - q)
 
@@ -76,9 +79,22 @@ def _kernel_built() -> bool:
     return cext.library() is not None
 
 
-def applies(x: torch.Tensor, rescale: str) -> bool:
-    """Whether :func:`block_drop` serves ``x`` (a CPU float tensor of a layout the kernel
-    takes, the kernel built and switched on)."""
-    return (KA.USE_CEXT and rescale != "count" and x.device.type == "cpu"
+def host_p(device: torch.device) -> bool:
+    """Whether DropBlock's ``p`` under ``torch.compile`` is best a 0-dim CPU tensor for
+    tensors on ``device``: an accelerator that the Triton kernel serves (:func:`block_drop`
+    reads ``p`` on the host to make its thresholds and scale, which on the device would
+    synchronize)."""
+    return device.type != "cpu" and KA.USE_TRITON and gpu.serves(device)
+
+
+def applies(x: torch.Tensor, p: torch.Tensor, rescale: str) -> bool:
+    """Whether :func:`block_drop` serves ``x``: the Triton kernel's tensors with ``p`` on the
+    CPU, or a CPU float tensor of a layout the C kernel takes (the kernel built and switched
+    on)."""
+    if rescale == "count":
+        return False
+    if KA.triton_applies(x):
+        return p.device.type == "cpu"
+    return (KA.USE_CEXT and x.device.type == "cpu"
             and x.dtype in (torch.float32, torch.float64) and 3 <= x.dim() <= 5
             and cext.sample_layout(x) is not None and _kernel_built())

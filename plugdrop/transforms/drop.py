@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from .. import _checks, _impl, _layout
 from .._kernels import blockdrop, masks
+from .._kernels import ops as kernel_ops
 from ..errors import SettingError, ShapeError
 from ..schedules import ScheduleLike
 from .base import Check, ForwardTransform
@@ -137,6 +138,14 @@ class DropBlock(_Layout):
                 f"DropBlock's block_size {self.block_size} has {len(self.block_size)} entries "
                 f"but layer {name!r} ({type(module).__name__}) produces {rank}-D maps: give "
                 f"{rank} sizes, or an int")
+
+    def _values(self, device: torch.device, layer: str | None = None
+                ) -> dict[str, float | torch.Tensor]:
+        # Under torch.compile on an accelerator the Triton kernel serves, ``p`` is a graph
+        # input on the CPU: the kernel's op reads it on the host, without a synchronization.
+        if torch.compiler.is_compiling() and kernel_ops.host_p(device):
+            device = torch.device("cpu")
+        return super()._values(device, layer)
 
     def apply(self, x: torch.Tensor, *, p: float | torch.Tensor) -> torch.Tensor:
         return self._on_layout(x, lambda v, layout, prefix: blockdrop.drop_block(

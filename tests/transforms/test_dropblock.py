@@ -10,16 +10,21 @@ import plugdrop as pd
 from plugdrop._kernels import autograd as KA
 from plugdrop._kernels import draws, geometry
 from plugdrop.functional import drop_block
-from conftest import sigma_tol
+from conftest import sigma_tol, triton_path
 
 
-@pytest.fixture(autouse=True, params=["fused", "torch-ops", "dense"])
+@pytest.fixture(autouse=True, params=["fused", "torch-ops", "dense",
+                                      pytest.param("triton", marks=pytest.mark.triton)])
 def kernel_path(request, monkeypatch):
     """Every test here runs on each kernel path: the fused C kernel drawing its seeds from its
-    counter-based generator, the sparse seeds with torch ops, and the dense draw (CUDA's and
-    torch.compile's path)."""
+    counter-based generator, the sparse seeds with torch ops, the dense draw (torch.compile's
+    path, and CUDA's without Triton), and the Triton kernel (CUDA's; on the CPU through
+    Triton's interpreter, with the C kernel's generator)."""
     from plugdrop._kernels import cext
 
+    if request.param == "triton":
+        triton_path(monkeypatch)
+        return request.param
     if request.param == "fused" and cext.library() is None:
         pytest.skip("no C compiler here")
     monkeypatch.setattr(KA, "USE_CEXT", request.param == "fused")

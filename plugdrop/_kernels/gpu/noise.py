@@ -1,0 +1,69 @@
+"""Gaussian noise on accelerators in one Triton kernel: ``x + std * z`` or
+``x * (1 + std * z)``, ``z`` standard normal per element from Triton's Philox generator keyed
+by the two words plugdrop draws from torch's generator (so ``torch.manual_seed`` reproduces it
+and the backward of the multiplicative noise redraws ``z`` from the key). One pass: ``x`` read
+once, the output written once (torch's ``randn_like`` and add make four passes). Private;
+imported only where Triton is.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import interpreted, jitted
+
+__all__ = ["noise"]
+
+_BLOCK, _BLOCK_INTERPRETED = 1024, 1 << 16
+
+
+def _noise_kernel(x_ptr, out_ptr, numel, seed, std, MULTIPLICATIVE: tl.constexpr,
+                  WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    if WIDE:
+        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = i < numel
+    x = tl.load(x_ptr + i, mask=inside, other=0)
+    z = tl.randn(seed, i)
+    if x.dtype == tl.float64:  # float64 stays float64; the others are computed in float32
+        xf = x
+        zf = z.to(tl.float64)
+    else:
+        xf = x.to(tl.float32)
+        zf = z
+    if MULTIPLICATIVE:
+        y = xf + std * xf * zf
+    else:
+        y = xf + std * zf
+    if x.dtype == tl.bfloat16:
+        # rounded to nearest even by hand: the GPU's rounding, which Triton's interpreter does
+        # not do (it truncates); NaN kept a NaN
+        u = y.to(tl.uint32, bitcast=True)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        out = tl.where(y != y, y.to(tl.bfloat16), u.to(tl.uint16).to(tl.bfloat16, bitcast=True))
+    else:
+        out = y.to(x.dtype)
+    tl.store(out_ptr + i, out, mask=inside)
+
+
+def noise(x: torch.Tensor, key: tuple[int, int], std: float,
+          multiplicative: bool) -> torch.Tensor:
+    """``x + std * z`` (``x * (1 + std * z)`` with ``multiplicative``), ``z`` drawn per element
+    in memory order from ``key``; ``x`` contiguous (other layouts are copied first), any float
+    dtype (half precision computed in float32, then rounded)."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    numel = x.numel()
+    if numel == 0:
+        return out
+    seed = ((key[1] & 0x7FFFFFFF) << 32) | (key[0] & 0xFFFFFFFF)
+    block = min(_BLOCK_INTERPRETED, triton.next_power_of_2(numel)) if interpreted() \
+        else _BLOCK
+    kernel = jitted(_noise_kernel, do_not_specialize=["seed", "std"])
+    kernel[(triton.cdiv(numel, block),)](x, out, numel, seed, float(std),
+                                         MULTIPLICATIVE=multiplicative,
+                                         WIDE=numel + block >= 1 << 31, BLOCK=block)
+    return out

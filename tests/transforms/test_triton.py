@@ -1,0 +1,360 @@
+"""The Triton kernels (``plugdrop/_kernels/gpu``): DropBlock's and Dropout2d's seeds are the C
+kernel's generator, so for one key the mask is the same on every device; the kernels keep the
+transforms' contracts (the conformance suite), their statistics (``test_dropblock.py`` runs
+each of its tests on them too), ``torch.compile``'s one graph, and save no float mask.
+
+On a machine without a GPU every test here runs on CPU tensors through Triton's interpreter
+(``TRITON_INTERPRET=1``, set by ``tests/conftest.py``), which executes the kernels' code
+exactly: what passes here is the code that runs on a GPU. Marker: ``triton``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import plugdrop as pd
+from plugdrop import functional as F
+from plugdrop._kernels import autograd as KA
+from plugdrop._kernels import cext, geometry
+from plugdrop._kernels import ops as kernel_ops
+from conformance import ForwardConformance
+from conftest import memory_layouts, sigma_tol, triton_path
+
+pytestmark = pytest.mark.triton
+
+
+@pytest.fixture
+def device(monkeypatch) -> str:
+    return triton_path(monkeypatch)
+
+
+def _gb():
+    from plugdrop._kernels.gpu import blockdrop
+
+    return blockdrop
+
+
+def _positions(bits: torch.Tensor) -> torch.Tensor:
+    """The positions of the set bits of int32 words."""
+    words = bits.cpu().to(torch.int64) & 0xFFFFFFFF
+    n = torch.arange(words.numel() * 32)
+    return ((words[n // 32] >> (n % 32)) & 1).nonzero().flatten()
+
+
+def _thresholds(gamma: float, device: str) -> tuple[tuple[int, ...], torch.Tensor]:
+    th = cext.thresholds(gamma)
+    return th, _gb()._thresholds_on(th, torch.device(device))
+
+
+# ------------------------------------------------------------------------ the generator
+
+@pytest.mark.parametrize("gamma,total", [(0.001, 3000), (0.04, 1), (0.04, 255), (0.04, 256),
+                                         (0.04, 257), (0.04, 3000), (0.3, 2000), (0.95, 300)])
+def test_seeds_are_the_c_kernels_generator(device, gamma, total):
+    th, on = _thresholds(gamma, device)
+    for key in [(1, 2), (2**32 - 1, 2**31 + 5)]:
+        bits = _gb().seed_bits(on, key, total)
+        assert torch.equal(_positions(bits), cext.hashed_seeds(key, th, total))
+
+
+def test_counters_past_32_bits_are_the_generators(device):
+    # The counter 256 j + k carries into its high word from block j = 2**24 on (seed grids
+    # of more than 2**32 positions); four blocks around it, drawn without such a grid.
+    th, on = _thresholds(0.05, device)
+    first = (1 << 24) - 2
+    total = (first + 4) * 256
+    bits = _gb().seed_bits(on, (7, 9), total, first_block=first)
+    ref = cext.hashed_seeds((7, 9), th, total, first_block=first) - first * 256
+    assert ref.numel() > 10 and torch.equal(_positions(bits), ref)
+
+
+def test_no_seeds_at_rate_zero(device):
+    x = torch.randn(2, 3, 8, 8, device=device)
+    out = _gb().block_drop(x, None, (1, 2), cext.thresholds(0.0), 3, (6, 6), (3, 3))
+    assert torch.equal(out, x)
+
+
+# ------------------------------------------------------------------ the mask, exactly
+
+#: shape, block, shared: 1-D, 2-D and 3-D maps, a block as large as the map (Dropout2d's), maps
+#: 63 and 64 wide (the row kernels' widest) and 70 wide with a block of 40 (the per-element
+#: kernel, a seed row's reach over more than 32 bits)
+CASES = [((2, 3, 12, 12), (3, 3), False), ((2, 3, 12, 12), (5, 5), True),
+         ((2, 4, 9, 7), (3, 2), False), ((3, 2, 40), (7,), False),
+         ((2, 2, 5, 6, 7), (2, 3, 2), False), ((2, 3, 5, 6, 7), (2, 3, 2), True),
+         ((2, 3, 7, 7), (7, 7), False), ((1, 2, 50, 50), (7, 7), False),
+         ((2, 3, 3, 63), (3, 5), False), ((2, 3, 3, 64), (2, 64), True),
+         ((2, 2, 4, 70), (1, 40), False)]
+
+
+def _reference(x, scale, key, th, channels, valid, blocks):
+    """The generator's definition in torch ops (no C compiler needed): ``x * scale`` with the
+    blocks of :func:`cext.hashed_seeds` zeroed."""
+    seeds = cext.hashed_seeds(key, th, x.shape[0] * channels * int(torch.tensor(valid).prod()))
+    return KA.sparse_block_drop(x.contiguous(), scale.to(x.dtype), seeds, channels, valid,
+                                blocks)
+
+
+@pytest.mark.parametrize("shape,blocks,shared", CASES)
+def test_mask_is_the_generators_in_every_layout(device, shape, blocks, shared, p=0.2):
+    sizes = shape[2:]
+    q = geometry.solve_keep(p, sizes, blocks)
+    scale = geometry.scale_map(q, sizes, blocks, torch.device("cpu"), torch.float32)
+    th = cext.thresholds(1 - q)
+    channels = 1 if shared else shape[1]
+    valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
+    x0 = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    key = (0x9E3779B9, 12345)
+    for dtype in (torch.float32, torch.float64):
+        want = _reference(x0.to(dtype), scale, key, th, channels, valid, blocks)
+        if cext.library() is not None:  # the C kernel itself, where it is built
+            assert torch.equal(cext.blockdrop(x0.to(dtype), scale, key, th, blocks, shared),
+                               want)
+        layouts = memory_layouts(x0.to(dtype).to(device))
+        if dtype == torch.float64:  # the kernel's own two layouts (the others are copied)
+            layouts = {k: v for k, v in layouts.items() if k in ("contiguous", "channels_last")}
+        for name, x in layouts.items():
+            got = _gb().block_drop(x, scale.to(device), key, th, channels, valid, blocks)
+            assert torch.equal(got.cpu(), want), name
+            if name in ("contiguous", "channels_last"):  # the kernel's own layouts: kept
+                assert got.stride() == x.stride()
+
+
+@pytest.mark.parametrize("shape,blocks,shared", [CASES[0], CASES[2], CASES[5], CASES[6]])
+def test_the_per_element_kernel_draws_the_row_kernels_mask(device, monkeypatch, shape, blocks,
+                                                           shared):
+    # Maps up to 64 wide take the row kernels, wider ones the per-element kernel: the same mask.
+    sizes = shape[2:]
+    scale = torch.rand(sizes, device=device) + 1
+    th = cext.thresholds(0.1)
+    channels = 1 if shared else shape[1]
+    valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
+    x = torch.randn(shape, device=device)
+    outs = []
+    for per_element in (False, True):
+        monkeypatch.setattr(_gb(), "PER_ELEMENT", per_element)
+        for fmt in ("contiguous", "channels_last"):
+            xx = memory_layouts(x).get(fmt, x)
+            outs.append(_gb().block_drop(xx, scale, (8, 9), th, channels, valid, blocks))
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_is_the_float32_mask_rounded(device, dtype):
+    shape, blocks = (4, 5, 14, 14), (7, 7)
+    q = geometry.solve_keep(0.2, shape[2:], blocks)
+    scale = geometry.scale_map(q, shape[2:], blocks, torch.device(device), torch.float32)
+    th = cext.thresholds(1 - q)
+    x = torch.randn(shape, device=device).to(dtype)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        xh = x.contiguous(memory_format=fmt)
+        got = _gb().block_drop(xh, scale, (3, 4), th, 5, (8, 8), blocks)
+        ref = _gb().block_drop(xh.float(), scale, (3, 4), th, 5, (8, 8), blocks)
+        assert got.dtype == dtype and torch.equal(got, ref.to(dtype))
+
+
+def test_through_the_functions_the_same_mask_as_the_c_kernel(device, monkeypatch):
+    if device != "cpu" or cext.library() is None:
+        pytest.skip("compares the interpreted kernel with the C kernel on the CPU")
+    from plugdrop._kernels import gpu
+
+    for fn in (lambda t: F.drop_block(t, 0.2, 5), lambda t: F.drop_block(t, 0.2, 3, shared_channels=True),
+               lambda t: F.dropout2d(t, 0.3)):
+        x = torch.randn(16, 64, 8, 8, requires_grad=True)
+        w = torch.randn_like(x)
+        runs = []
+        for on in (True, False):
+            monkeypatch.setattr(gpu, "ON_CPU", on)
+            torch.manual_seed(4)
+            y = fn(x)
+            runs.append((y, torch.autograd.grad(y, x, w)[0]))
+        (y1, g1), (y2, g2) = runs
+        assert torch.equal(y1, y2) and torch.equal(g1, g2)
+
+
+# ------------------------------------------------------------------- the transforms' law
+
+@pytest.mark.parametrize("p,size,block", [(0.1, 14, 7), (0.3, 8, 3), (0.05, 28, 5),
+                                          (0.2, 7, 7)])
+def test_dropped_fraction_is_p_and_each_kept_value_is_unbiased(device, p, size, block):
+    n = 400
+    x = torch.ones(n, 8, size, size, device=device)
+    torch.manual_seed(0)
+    y = F.drop_block(x, p, block)
+    per_map = (y == 0).flatten(2).float().mean(-1).flatten()
+    assert abs(per_map.mean().item() - p) < sigma_tol(per_map)
+    # E[out] == x at every position: the mean over maps of each position is 1
+    mean = y.flatten(0, 1).mean(0)
+    spread = y.flatten(0, 1).std(0).max().item()
+    assert (mean - 1).abs().max().item() < 6 * spread / (n * 8) ** 0.5
+
+
+def test_dropped_regions_are_whole_blocks(device):
+    # one seed's block in an otherwise kept map: exactly a block x block square of zeros
+    x = torch.ones(3000, 1, 12, 12, device=device)
+    torch.manual_seed(1)
+    y = F.drop_block(x, 0.02, 4)
+    dropped = (y == 0).cpu()
+    one = dropped.flatten(1).sum(1) == 16
+    assert one.any()
+    for m in dropped[one][:50]:
+        rows, cols = m[0].nonzero(as_tuple=True)
+        assert rows.max() - rows.min() == 3 and cols.max() - cols.min() == 3
+
+
+def test_shared_channels_drop_the_same_positions_in_every_channel(device):
+    y = F.drop_block(torch.ones(8, 6, 14, 14, device=device), 0.3, 5, shared_channels=True)
+    dropped = y == 0
+    assert dropped.any() and torch.equal(dropped, dropped[:, :1].expand_as(dropped))
+
+
+def test_dropout2d_drops_whole_maps_at_rate_p(device):
+    x = torch.ones(512, 64, 8, 8, device=device)  # large enough for the fused path
+    torch.manual_seed(2)
+    y = F.dropout2d(x, 0.25)
+    maps = y.flatten(2)
+    kept = (maps != 0).all(-1)
+    assert torch.equal(kept | (maps == 0).all(-1), torch.ones_like(kept))
+    frac = 1 - kept.float().mean().item()
+    assert abs(frac - 0.25) < sigma_tol((~kept).double())
+    assert torch.allclose(maps[kept], torch.full_like(maps[kept], 1 / 0.75))
+
+
+def test_the_backward_saves_no_float_mask(device):
+    x = torch.randn(8, 32, 28, 28, device=device, requires_grad=True)
+    saved: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = F.drop_block(x, 0.1, 7)
+    # the key (two int64 words) and the 28x28 scale map: no tensor of x's size
+    assert saved and max(t.numel() for t in saved) <= 28 * 28
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.equal(g, y.detach() / x.detach()) or torch.allclose(g, y / x, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- torch.compile
+
+def test_compiled_is_one_graph_with_the_eager_mask_for_a_key(device):
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 12, 12, device=device, requires_grad=True)
+    key = torch.tensor([5, 7])
+
+    def f(t, p):
+        return kernel_ops.block_drop(t, p, key, 4, [3, 3], True)
+
+    counts = []
+
+    def backend(gm, inputs):
+        counts.append(1)
+        return gm.forward
+
+    compiled = torch.compile(f, backend=backend, fullgraph=True)
+    for p in (0.1, 0.2, 0.3):  # a changing p: one graph
+        pt = torch.tensor(p)
+        y_eager = f(x, pt)
+        y_comp = compiled(x, pt)
+        assert torch.equal(y_eager, y_comp)
+        g_eager = torch.autograd.grad(y_eager, x, torch.ones_like(y_eager))[0]
+        g_comp = torch.autograd.grad(y_comp, x, torch.ones_like(y_comp))[0]
+        assert torch.equal(g_eager, g_comp)
+        # and the same as the float-p eager path's kernel for that key
+        q = geometry.solve_keep(p, (12, 12), (3, 3))
+        scale = geometry.scale_map(q, (12, 12), (3, 3), x.device, torch.float32)
+        ref = _gb().block_drop(x.detach(), scale, (5, 7), cext.thresholds(1 - q), 4, (10, 10),
+                               (3, 3))
+        assert torch.equal(y_eager.detach(), ref)
+    assert len(counts) == 1
+    torch._dynamo.reset()
+
+
+def test_a_compiled_scheduled_dropblock_reads_p_on_the_host(device):
+    # On an accelerator p would otherwise be a device scalar (a synchronization to read it).
+    assert kernel_ops.host_p(torch.device("cuda"))
+    t = pd.DropBlock(pd.linear(0.0, 0.2, steps=4), 3)
+    assert not kernel_ops.host_p(torch.device("cpu"))
+    assert isinstance(t._values(torch.device(device))["p"], float)  # eager: the float
+
+
+# ----------------------------------------------------------------------------- noise
+
+@pytest.mark.parametrize("multiplicative", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_noise_is_standard_normal_reproducible_and_differentiable(device, multiplicative,
+                                                                   dtype):
+    x = torch.full((256, 64, 8, 8), 2.0, device=device, dtype=dtype, requires_grad=True)
+    torch.manual_seed(3)
+    y = F.gaussian_noise(x, 0.5, multiplicative=multiplicative)
+    torch.manual_seed(3)
+    assert torch.equal(y, F.gaussian_noise(x, 0.5, multiplicative=multiplicative))
+    assert y.dtype == dtype
+    z = ((y - x) / (0.5 * (x if multiplicative else 1))).detach().double().flatten()
+    n = z.numel()
+    assert abs(z.mean().item()) < sigma_tol(z)
+    rounding = 0.02 if dtype == torch.bfloat16 else 0.0
+    assert abs(z.std().item() - 1.0) < 5 * (0.5 / n) ** 0.5 + rounding
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    want = (1 + 0.5 * z.view_as(x)) if multiplicative else torch.ones_like(x)
+    assert torch.allclose(g.double(), want.double(), atol=0.02 if dtype == torch.bfloat16
+                          else 1e-5)
+
+
+def test_noise_is_the_same_in_every_layout(device):
+    x0 = torch.randn(4, 6, 10, 10, device=device)
+    outs = {}
+    for name, x in memory_layouts(x0).items():
+        torch.manual_seed(9)
+        outs[name] = F.gaussian_noise(x, 0.3)
+    want = outs.pop("contiguous")
+    assert all(torch.equal(v, want) for v in outs.values())
+
+
+# --------------------------------------------------------------- the conformance suite
+
+class _OnTriton:
+    @pytest.fixture(autouse=True)
+    def _triton(self, monkeypatch):
+        triton_path(monkeypatch)
+
+
+class TestDropBlockTriton(_OnTriton, ForwardConformance):
+    def make(self, value):
+        return pd.DropBlock(value, block_size=3)
+
+
+class TestDropout2dTriton(_OnTriton, ForwardConformance):
+    value = 0.1  # (the fused path serves its layout tests' 65,536 elements on small maps)
+
+    def make(self, value):
+        return pd.Dropout2d(value)
+
+
+class TestGaussianNoiseTriton(_OnTriton, ForwardConformance):
+    setting = "std"
+
+    def make(self, value):
+        return pd.GaussianNoise(value)
+
+    def multiplier(self, x, y):
+        return torch.ones_like(x)
+
+
+class TestMultiplicativeNoiseTriton(_OnTriton, ForwardConformance):
+    setting = "std"
+
+    def make(self, value):
+        return pd.GaussianNoise(value, multiplicative=True)
+
+
+def test_the_model_trains_with_the_kernels(device):
+    # a step of a small conv net with DropBlock and noise on the Triton kernels
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                      nn.ReLU()).to(device).train()
+    pd.attach(m, "1", pd.DropBlock(0.2, 3))
+    pd.attach(m, "3", pd.GaussianNoise(0.1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x = torch.randn(4, 3, 12, 12, device=device)
+    before = [p.detach().clone() for p in m.parameters()]
+    m(x).square().mean().backward()
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, m.parameters()))
