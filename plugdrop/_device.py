@@ -1,4 +1,5 @@
-"""One value as 0-dim float32 tensors, one per device, updated in place. Private.
+"""One value as 0-dim float32 tensors, one per device, updated in place; small host tensors
+moved to a device without a synchronization. Private.
 
 Scheduled settings (and the constant one of DropBlock's count rescaling) are read by
 ``torch.compile``\\ d code as tensors, so a changing value does not recompile; the tensors are
@@ -33,3 +34,15 @@ class PerDevice:
         self.value = value
         for t in self._tensors.values():
             t.fill_(value)
+
+
+def on_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` (a small CPU tensor) on ``device``. To a CUDA device it is copied from pinned
+    memory without blocking: a copy from pageable memory waits for the device (a
+    synchronization at every new ``p`` of a schedule)."""
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+

@@ -10,6 +10,8 @@ CUDA.
 - :mod:`.dense`     the dense block mask (CUDA, ``torch.compile``)
 - :mod:`.autograd`  autograd functions with small saved state, sparse block zeroing
 - :mod:`.cext`      the optional fused C kernel (``_csrc/blockdrop.c``)
+- :mod:`.gpu`       the Triton kernels for accelerators (DropBlock with the C kernel's seeds,
+  noise), imported only where Triton is
 - :mod:`.ops`       the fused kernel as a custom op (what ``torch.compile`` traces)
 
 Each op's dispatch (which of the above serves a call, its plans and caches, the hooks' eager

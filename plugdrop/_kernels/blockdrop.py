@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .. import _compat, _layout
-from .._device import PerDevice
+from .._device import PerDevice, on_device
 from ..errors import ShapeError
 from . import autograd as KA
 from . import cext, dense, draws, geometry, gpu
@@ -54,8 +54,8 @@ class FusedPlan:
             # tensors, on the device), converted once per plan.
             want = torch.float64 if like.dtype == torch.float64 else torch.float32
             with _compat.constants():
-                scale = scale.to(device=like.device, dtype=want).expand(
-                    like.shape[2:]).contiguous()
+                scale = on_device(scale.to(dtype=want).expand(like.shape[2:]).contiguous(),
+                                  like.device)
             call = None
         else:
             call = cext.prepare(like, scale, meta[3], meta[2], shared=meta[0] != like.shape[1])

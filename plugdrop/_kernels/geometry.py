@@ -20,6 +20,7 @@ import torch
 
 from .. import _compat
 from .._compat import constant_result
+from .._device import on_device
 
 def coverage(size: int, block: int) -> list[int]:
     """Per-axis seed coverage counts ``c(i)`` for a block ``block <= size``."""
@@ -143,9 +144,11 @@ def scale_map(q: float, sizes: tuple[int, ...], blocks: tuple[int, ...],
               device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """``1 / q ** n`` at every position (shape ``sizes``): the inverse keep probability.
 
-    Cached per (q, geometry, device, dtype): a schedule changes ``q`` once per step.
+    Cached per (q, geometry, device, dtype): a schedule changes ``q`` once per step. Computed
+    on the CPU and then moved (without a synchronization), so every device has the same values.
     """
     with _compat.constants():
-        n = coverage_map(sizes, blocks, device).to(torch.float64)
-        return torch.pow(torch.tensor(q, dtype=torch.float64, device=device), -n).to(dtype)
+        n = coverage_map(sizes, blocks, "cpu").to(torch.float64)
+        out = torch.pow(torch.tensor(q, dtype=torch.float64), -n).to(dtype)
+        return on_device(out, torch.device(device))
 

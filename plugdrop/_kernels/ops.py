@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .._compat import constant_result
+from .._device import on_device
 from . import autograd as KA
 from . import cext, geometry, gpu
 
@@ -46,9 +47,9 @@ def _plan(p: float, sizes: tuple[int, ...], blocks: tuple[int, ...], expected: b
         dtype = torch.float64 if dtype == torch.float64 else torch.float32
     if expected:
         scale = geometry.scale_map(q, sizes, blocks, torch.device("cpu"), torch.float32)
-        scale = scale.to(dtype).expand(sizes).contiguous().to(device)
+        scale = on_device(scale.to(dtype).expand(sizes).contiguous(), device)
     else:
-        scale = torch.ones(sizes, dtype=dtype, device=device)
+        scale = on_device(torch.ones(sizes, dtype=dtype), device)
     valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
     return scale, valid, blocks, cext.thresholds(1.0 - q)
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..._compat import constant_result
 
-__all__ = ["ON_CPU", "available", "interpreted", "jitted", "runs_on", "serves"]
+__all__ = ["ON_CPU", "available", "interpreted", "runs_on", "serves"]
 
 #: Run the kernels on CPU tensors too, through Triton's interpreter (tests switch it on).
 ON_CPU = False
@@ -71,14 +70,3 @@ def interpreted() -> bool:
         triton = _triton()
         _INTERPRETED.append(triton is not None and bool(triton.knobs.runtime.interpret))
     return _INTERPRETED[0]
-
-
-_JITTED: dict[Callable[..., Any], Any] = {}
-
-
-def jitted(fn: Callable[..., Any], **options: Any) -> Any:
-    """``fn`` as a Triton kernel (made once; interpreted under ``TRITON_INTERPRET=1``)."""
-    kernel = _JITTED.get(fn)
-    if kernel is None:
-        kernel = _JITTED[fn] = _triton().jit(fn, **options)
-    return kernel

@@ -26,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import interpreted, jitted
+from ..._device import on_device
+from . import interpreted
 
 __all__ = ["block_drop", "seed_bits"]
 
@@ -37,6 +38,7 @@ _BLOCK, _BLOCK_INTERPRETED = 1024, 1 << 16
 _M32 = 0xFFFFFFFF
 
 
+@triton.jit(do_not_specialize=["k0", "k1"])
 def _seeds_kernel(bits_ptr, thr_ptr, first, n_blocks, total, k0, k1, LANES: tl.constexpr):
     # One lane per block j = first + lane of 256 seed-grid positions; its seeds' bits go to
     # words 8 (j - first) .. 8 (j - first) + 7.
@@ -95,6 +97,7 @@ def _seeds_kernel(bits_ptr, thr_ptr, first, n_blocks, total, k0, k1, LANES: tl.c
     tl.store(bits_ptr + lane[:, None] * 8 + cols[None, :], words, mask=live[:, None])
 
 
+@triton.jit
 def _apply_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, numel, n_words, C, D, H, W,
                   Vd, Vh, Vw, bd, bh, bw, nd, nh, seed_channels,
                   CHANNELS_LAST: tl.constexpr, NWORDS: tl.constexpr, HAS_SCALE: tl.constexpr,
@@ -292,7 +295,7 @@ def _thresholds_on(thresh: tuple[int, ...], device: torch.device) -> torch.Tenso
     if t is None:
         if len(_THRESHOLDS) >= 256:
             _THRESHOLDS.clear()
-        t = torch.tensor(thresh, dtype=torch.int64).to(device)
+        t = on_device(torch.tensor(thresh, dtype=torch.int64), device)
         _THRESHOLDS[(thresh, device)] = t
     return t
 
@@ -313,8 +316,7 @@ def seed_bits(thresholds: torch.Tensor, key: tuple[int, int], total: int,
     bits = torch.empty(n_blocks * 8, dtype=torch.int32, device=thresholds.device)
     lanes = min(_LANES_INTERPRETED, triton.next_power_of_2(n_blocks)) if interpreted() \
         else _LANES
-    kernel = jitted(_seeds_kernel, do_not_specialize=["k0", "k1"])
-    kernel[(triton.cdiv(n_blocks, lanes),)](bits, thresholds, first_block, n_blocks, total,
+    _seeds_kernel[(triton.cdiv(n_blocks, lanes),)](bits, thresholds, first_block, n_blocks, total,
                                             _signed(key[0]), _signed(key[1]), LANES=lanes)
     return bits
 
@@ -382,8 +384,7 @@ def block_drop(x: torch.Tensor, scale: torch.Tensor | None, key: tuple[int, int]
         return out
     block = min(_BLOCK_INTERPRETED, triton.next_power_of_2(numel)) if interpreted() \
         else _BLOCK
-    kernel = jitted(_apply_kernel)
-    kernel[(triton.cdiv(numel, block),)](
+    _apply_kernel[(triton.cdiv(numel, block),)](
         x, out, bits, scale if scale is not None else x, numel, bits.numel(), x.shape[1],
         D, H, W, Vd, Vh, Vw, bd, bh, bw, min(bd, Vd), min(bh, Vh), channels,
         CHANNELS_LAST=layout == 1, NWORDS=_words(min(bw, Vw)), HAS_SCALE=scale is not None,

@@ -12,13 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
-from . import interpreted, jitted
+from . import interpreted
 
 __all__ = ["noise"]
 
 _BLOCK, _BLOCK_INTERPRETED = 1024, 1 << 16
 
 
+@triton.jit(do_not_specialize=["seed", "std"])
 def _noise_kernel(x_ptr, out_ptr, numel, seed, std, MULTIPLICATIVE: tl.constexpr,
                   WIDE: tl.constexpr, BLOCK: tl.constexpr):
     if WIDE:
@@ -62,8 +63,7 @@ def noise(x: torch.Tensor, key: tuple[int, int], std: float,
     seed = ((key[1] & 0x7FFFFFFF) << 32) | (key[0] & 0xFFFFFFFF)
     block = min(_BLOCK_INTERPRETED, triton.next_power_of_2(numel)) if interpreted() \
         else _BLOCK
-    kernel = jitted(_noise_kernel, do_not_specialize=["seed", "std"])
-    kernel[(triton.cdiv(numel, block),)](x, out, numel, seed, float(std),
+    _noise_kernel[(triton.cdiv(numel, block),)](x, out, numel, seed, float(std),
                                          MULTIPLICATIVE=multiplicative,
                                          WIDE=numel + block >= 1 << 31, BLOCK=block)
     return out
