@@ -142,8 +142,9 @@ def fused_applies(x: torch.Tensor) -> bool:
     return triton_applies(x) or (USE_CEXT and cext.applies(x))
 
 
-def _gpu_blockdrop() -> Any:
-    from .gpu import blockdrop  # imports Triton: only once a tensor needs it
+def gpu_blockdrop() -> Any:
+    """The Triton DropBlock module (imports Triton: only once a tensor needs it)."""
+    from .gpu import blockdrop
 
     return blockdrop
 
@@ -157,17 +158,19 @@ def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
 
 def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, channels: int,
                       valid: tuple[int, ...], blocks: tuple[int, ...],
-                      thresh: tuple[int, ...], call: cext.Prepared | None = None) -> torch.Tensor:
+                      thresh: tuple[int, ...], call: Any = None) -> torch.Tensor:
     """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words) zeroed:
-    the Triton kernel on an accelerator (the same seeds), the fused C kernel (``call``,
-    prepared for tensors like ``x``, if given and ``x`` fits it), or, where it does not apply
-    to ``x`` (a gradient in another layout), the same seeds from the generator's torch-op
-    definition."""
+    the Triton kernels on an accelerator (the same seeds), the fused C kernel, or, where
+    neither applies to ``x``, the same seeds from the generator's torch-op definition. ``call``:
+    the kernel's call prepared for tensors like ``x`` (a :class:`.cext.Prepared`, or the
+    Triton kernels' ``Prepared``), used if ``x`` fits it."""
     k0, k1 = key.tolist()
     if triton_applies(x):
-        return _gpu_blockdrop().block_drop(x, scale, (k0, k1), thresh, channels, valid, blocks)
+        if call is not None and call.fits(x):  # the plan's prepared launches
+            return call(x, k0, k1)
+        return gpu_blockdrop().block_drop(x, scale, (k0, k1), thresh, channels, valid, blocks)
     if USE_CEXT:
-        if call is not None and call.fits(x):
+        if isinstance(call, cext.Prepared) and call.fits(x):
             out = call(x, k0, k1)
         else:
             out = cext.blockdrop(x, scale, (k0, k1), thresh, blocks,

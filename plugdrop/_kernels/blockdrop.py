@@ -56,7 +56,8 @@ class FusedPlan:
             with _compat.constants():
                 scale = on_device(scale.to(dtype=want).expand(like.shape[2:]).contiguous(),
                                   like.device)
-            call = None
+            call: Any = KA.gpu_blockdrop().prepare(like, scale, meta[3], meta[0], meta[1],
+                                                   meta[2])
         else:
             call = cext.prepare(like, scale, meta[3], meta[2], shared=meta[0] != like.shape[1])
         self.scale = scale
@@ -73,7 +74,7 @@ class FusedPlan:
             # prepared call: it is the view the plan was made for, or a tensor of the same
             # shape, strides and dtype (the plan's cache key).
             call = self.meta[4]
-            if call is not None and KA.USE_CEXT:
+            if call is not None and (KA.USE_CEXT or not isinstance(call, cext.Prepared)):
                 k0, k1 = key.tolist()
                 out = call(x, k0, k1)
                 if out is not None:

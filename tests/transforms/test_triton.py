@@ -35,6 +35,12 @@ def _gb():
     return blockdrop
 
 
+def _seeds():
+    from plugdrop._kernels.gpu import seeds
+
+    return seeds
+
+
 def _positions(bits: torch.Tensor) -> torch.Tensor:
     """The positions of the set bits of int32 words."""
     words = bits.cpu().to(torch.int64) & 0xFFFFFFFF
@@ -44,7 +50,7 @@ def _positions(bits: torch.Tensor) -> torch.Tensor:
 
 def _thresholds(gamma: float, device: str) -> tuple[tuple[int, ...], torch.Tensor]:
     th = cext.thresholds(gamma)
-    return th, _gb()._thresholds_on(th, torch.device(device))
+    return th, _seeds().thresholds_on(th, torch.device(device))
 
 
 # ------------------------------------------------------------------------ the generator
@@ -54,7 +60,7 @@ def _thresholds(gamma: float, device: str) -> tuple[tuple[int, ...], torch.Tenso
 def test_seeds_are_the_c_kernels_generator(device, gamma, total):
     th, on = _thresholds(gamma, device)
     for key in [(1, 2), (2**32 - 1, 2**31 + 5)]:
-        bits = _gb().seed_bits(on, key, total)
+        bits = _seeds().seed_bits(on, key, total)
         assert torch.equal(_positions(bits), cext.hashed_seeds(key, th, total))
 
 
@@ -64,9 +70,24 @@ def test_counters_past_32_bits_are_the_generators(device):
     th, on = _thresholds(0.05, device)
     first = (1 << 24) - 2
     total = (first + 4) * 256
-    bits = _gb().seed_bits(on, (7, 9), total, first_block=first)
+    bits = _seeds().seed_bits(on, (7, 9), total, first_block=first)
     ref = cext.hashed_seeds((7, 9), th, total, first_block=first) - first * 256
     assert ref.numel() > 10 and torch.equal(_positions(bits), ref)
+
+
+def test_plugdrop_no_triton_turns_the_kernels_off(monkeypatch):
+    from plugdrop._kernels import gpu
+
+    monkeypatch.setenv("PLUGDROP_NO_TRITON", "1")
+    gpu._triton.cache_clear()
+    try:
+        assert not gpu.available() and not gpu.serves(torch.device("cuda"))
+        # DropBlock on the torch-op paths: the same law, no Triton
+        y = F.drop_block(torch.ones(64, 8, 14, 14), 0.1, 5)
+        assert 0.05 < (y == 0).float().mean().item() < 0.15
+    finally:
+        monkeypatch.delenv("PLUGDROP_NO_TRITON")
+        gpu._triton.cache_clear()
 
 
 def test_no_seeds_at_rate_zero(device):

@@ -1,9 +1,13 @@
 """Triton kernels for accelerator tensors. Private.
 
-- :mod:`.blockdrop`  DropBlock and Dropout2d: the CPU kernel's seed generator (the same seeds
-  for the same key, so the same mask on every device), the blocks grown and applied with the
-  scale in one pass over ``x``
+- :mod:`.seeds`      DropBlock's seeds by the C kernel's generator (the same seeds for the same
+  key, so the same mask on every device)
+- :mod:`.rows`       the pass over ``x`` on maps at most 64 wide: each map row's mask made
+  once, the blocks grown and applied with the scale
+- :mod:`.blockdrop`  DropBlock and Dropout2d: the pass over wider maps, the launches prepared
+  once per geometry
 - :mod:`.noise`      Gaussian noise fused with the add or multiply (one pass)
+- :mod:`.common`     what the kernels share (rounding to bfloat16 as a GPU does)
 
 Triton ships with PyTorch's CUDA wheels. Where it is missing, or fails to compile a kernel,
 :func:`available` is false and the dispatch takes the torch-op paths (the same law of masks).

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from . import interpreted
+from .common import narrow
 
 __all__ = ["noise"]
 
@@ -39,14 +40,7 @@ def _noise_kernel(x_ptr, out_ptr, numel, seed, std, MULTIPLICATIVE: tl.constexpr
         y = xf + std * xf * zf
     else:
         y = xf + std * zf
-    if x.dtype == tl.bfloat16:
-        # rounded to nearest even by hand: the GPU's rounding, which Triton's interpreter does
-        # not do (it truncates); NaN kept a NaN
-        u = y.to(tl.uint32, bitcast=True)
-        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-        out = tl.where(y != y, y.to(tl.bfloat16), u.to(tl.uint16).to(tl.bfloat16, bitcast=True))
-    else:
-        out = y.to(x.dtype)
+    out = narrow(y, x)
     tl.store(out_ptr + i, out, mask=inside)
 
 
