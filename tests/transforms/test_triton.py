@@ -253,6 +253,37 @@ def test_the_backward_saves_no_float_mask(device):
     assert torch.equal(g, y.detach() / x.detach()) or torch.allclose(g, y / x, rtol=1e-6)
 
 
+# ----------------------------------------------------------- compiled for a real GPU
+
+@pytest.mark.slow
+def test_every_kernel_compiles_for_an_h100(tmp_path):
+    # The interpreter runs the kernels' code but compiles nothing; a GPU's compilation differs
+    # (an integer argument equal to 1 becomes a constant, types are checked for the target).
+    # Each launch plugdrop makes for a set of geometries, dtypes and layouts is compiled as
+    # the JIT would, to sm_90 binary (Triton's own ptxas), in a process without the
+    # interpreter: no GPU needed.
+    import os
+    import subprocess
+    import sys
+
+    from plugdrop._kernels import gpu
+
+    if not gpu.available():
+        pytest.skip("Triton is not installed here")
+    script = os.path.join(os.path.dirname(__file__), "_triton_compile.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled here, not taken from a cache
+    proc = subprocess.run([sys.executable, script, "90"], capture_output=True, text=True,
+                          env=env, timeout=600)
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "No such file" in proc.stderr:
+        pytest.skip("this Triton has no ptxas")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "kernels compiled for sm_90" in proc.stdout
+    for kernel in ("_seeds_kernel", "_rows_kernel", "_rows_cl_kernel", "_apply_kernel",
+                   "_noise_kernel"):
+        assert f"compiled {kernel}:" in proc.stdout
+
+
 # ---------------------------------------------------------------------- torch.compile
 
 def test_compiled_is_one_graph_with_the_eager_mask_for_a_key(device):

@@ -27,7 +27,7 @@ _BLOCK, _BLOCK_INTERPRETED = 1024, 1 << 16
 
 @triton.jit
 def _apply_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, numel, n_words, C, D, H, W,
-                  Vd, Vh, Vw, bd, bh, bw, nd, nh, seed_channels,
+                  Vd, Vh, Vw, bd, bh, bw, nd, nh, SHARED: tl.constexpr,
                   CHANNELS_LAST: tl.constexpr, NWORDS: tl.constexpr, HAS_SCALE: tl.constexpr,
                   WIDE: tl.constexpr, BLOCK: tl.constexpr):
     # out[i] = 0 where a seed's block covers element i, else x[i] * scale[spatial position].
@@ -54,7 +54,10 @@ def _apply_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, numel, n_words, C, D, H, 
         s = s // D
         c = s % C
         b = s // C
-    m = b * seed_channels + tl.where(seed_channels == 1, 0, c)
+    if SHARED:  # one mask per sample
+        m = b
+    else:
+        m = b * C + c
     # the seed columns whose block reaches column w: wlo .. wlo + nbits - 1
     wlo = tl.maximum(w - bw + 1, 0)
     nbits = tl.minimum(w, Vw - 1) - wlo + 1
@@ -147,8 +150,9 @@ class Prepared:
             else _BLOCK
         kernel = _apply_kernel[(triton.cdiv(numel, block),)]
         args = (numel, n_words, x.shape[1], D, H, W, Vd, Vh, Vw, bd, bh, bw, min(bd, Vd),
-                min(bh, Vh), channels)
-        options = {"CHANNELS_LAST": layout == 1, "NWORDS": _words(min(bw, Vw)),
+                min(bh, Vh))
+        options = {"SHARED": channels != x.shape[1], "CHANNELS_LAST": layout == 1,
+                   "NWORDS": _words(min(bw, Vw)),
                    "HAS_SCALE": scale is not None,
                    "WIDE": numel + block >= 1 << 31 or n_words * 32 >= 1 << 31, "BLOCK": block}
 

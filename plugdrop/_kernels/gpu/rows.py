@@ -31,7 +31,7 @@ def _row_mask(bits_ptr, n_words, m, d, h, Vd, Vh, Vw, bd, bh, bw, nd, nh):
     # column w (maps at most 64 wide). The seed rows whose blocks reach the row, each's
     # Vw <= 64 bits (three 32-bit words from any offset), ORed, then grown along w by shifts.
     one = tl.full([], 1, tl.uint64)
-    low = ((one << (Vw - 1).to(tl.uint64)) << 1) - 1  # Vw ones (all 64 when Vw is 64)
+    low = ((one << (Vw - 1)) << 1) - 1  # Vw ones (all 64 when Vw is 64)
     rows = tl.zeros_like(m).to(tl.uint64)
     dtop = tl.minimum(d, Vd - 1)
     htop = tl.minimum(h, Vh - 1)
@@ -60,7 +60,7 @@ def _row_mask(bits_ptr, n_words, m, d, h, Vd, Vh, Vw, bd, bh, bw, nd, nh):
 
 @triton.jit
 def _rows_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_rows, n_words, C, D, H, W,
-                 Vd, Vh, Vw, bd, bh, bw, nd, nh, seed_channels,
+                 Vd, Vh, Vw, bd, bh, bw, nd, nh, SHARED: tl.constexpr,
                  HAS_SCALE: tl.constexpr, WIDE: tl.constexpr, BH: tl.constexpr,
                  BW: tl.constexpr):
     # Channels-first, maps at most 64 wide: a tile of BH map rows (of all maps, in memory
@@ -75,7 +75,10 @@ def _rows_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_rows, n_words, C, D, H, 
     dh = r % (D * H)
     d = dh // H
     h = dh % H
-    m = (maps // C) * seed_channels + tl.where(seed_channels == 1, 0, maps % C)
+    if SHARED:  # one mask per sample
+        m = maps // C
+    else:  # one per map: the seed grid's maps are x's
+        m = maps
     drop = _row_mask(bits_ptr, n_words, m, d, h, Vd, Vh, Vw, bd, bh, bw, nd, nh)
     w = tl.arange(0, BW)
     inside = live[:, None] & (w[None, :] < W)
@@ -93,7 +96,7 @@ def _rows_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_rows, n_words, C, D, H, 
 
 @triton.jit
 def _rows_cl_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_pos, n_words, C, D, H, W,
-                    Vd, Vh, Vw, bd, bh, bw, nd, nh, seed_channels,
+                    Vd, Vh, Vw, bd, bh, bw, nd, nh, SHARED: tl.constexpr,
                     HAS_SCALE: tl.constexpr, WIDE: tl.constexpr, BP: tl.constexpr,
                     BW: tl.constexpr, BC: tl.constexpr):
     # Channels-last, maps at most 64 wide: BP rows (b, d, h) x BW columns x BC channels, the
@@ -107,7 +110,10 @@ def _rows_cl_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_pos, n_words, C, D, H
     dh = p % (D * H)
     d = (dh // H)[:, None] + tl.zeros([BP, BC], tl.int32)
     h = (dh % H)[:, None] + tl.zeros([BP, BC], tl.int32)
-    m = (p // (D * H))[:, None] * seed_channels + tl.where(seed_channels == 1, 0, c)[None, :]
+    if SHARED:
+        m = (p // (D * H))[:, None] + tl.zeros([BP, BC], tl.int32)
+    else:
+        m = (p // (D * H))[:, None] * C + c[None, :]
     drop = _row_mask(bits_ptr, n_words, m, d, h, Vd, Vh, Vw, bd, bh, bw, nd, nh)
     w = tl.arange(0, BW)
     inside = (live[:, None, None] & (w[None, :, None] < W)) & (c[None, None, :] < C)
@@ -137,19 +143,21 @@ def prepare(shape: tuple[int, ...], layout: int, channels: int, sizes: tuple[int
     B, C = shape[:2]
     tile = _TILE_INTERPRETED if interpreted() else _TILE
     bw_ = triton.next_power_of_2(W)
-    common = (n_words, C, D, H, W, Vd, Vh, Vw, bd, bh, bw, min(bd, Vd), min(bh, Vh), channels)
+    common = (n_words, C, D, H, W, Vd, Vh, Vw, bd, bh, bw, min(bd, Vd), min(bh, Vh))
     wide = math.prod(shape) + tile >= 1 << 31 or n_words * 32 >= 1 << 31
     if layout == 0:
         n = B * C * D * H
         bh_ = max(1, min(tile // bw_, triton.next_power_of_2(n)))
         kernel = _rows_kernel[(triton.cdiv(n, bh_),)]
-        options = {"HAS_SCALE": has_scale, "WIDE": wide, "BH": bh_, "BW": bw_}
+        options = {"SHARED": channels != C, "HAS_SCALE": has_scale, "WIDE": wide, "BH": bh_,
+                   "BW": bw_}
     else:
         n = B * D * H
         bc = min(triton.next_power_of_2(C), max(1, tile // bw_))
         bp = max(1, min(tile // (bw_ * bc), triton.next_power_of_2(n)))
         kernel = _rows_cl_kernel[(triton.cdiv(n, bp), triton.cdiv(C, bc))]
-        options = {"HAS_SCALE": has_scale, "WIDE": wide, "BP": bp, "BW": bw_, "BC": bc}
+        options = {"SHARED": channels != C, "HAS_SCALE": has_scale, "WIDE": wide, "BP": bp,
+                   "BW": bw_, "BC": bc}
 
     def launch(x: torch.Tensor, out: torch.Tensor, bits: torch.Tensor,
                scale: torch.Tensor) -> None:
