@@ -120,8 +120,7 @@ class Prepared:
     allocates the output and the seed bits and launches the two kernels. Built by
     :func:`prepare`; call it only on a tensor that :meth:`fits`."""
 
-    __slots__ = ("shape", "stride", "dtype", "device", "scale", "thresholds", "total",
-                 "_launch")
+    __slots__ = ("shape", "stride", "dtype", "device", "scale", "_seeds", "_launch")
 
     def __init__(self, x: torch.Tensor, layout: int, scale: torch.Tensor | None,
                  thresholds: torch.Tensor, channels: int, valid: tuple[int, ...],
@@ -134,13 +133,13 @@ class Prepared:
                     or tuple(scale.shape) != spatial or not scale.is_contiguous()):
                 scale = scale.to(device=x.device, dtype=want).expand(spatial).contiguous()
         self.scale = scale
-        self.thresholds = thresholds
         pad = (1,) * (5 - x.dim())
         D, H, W = pad + spatial
         Vd, Vh, Vw = pad + tuple(valid)
         bd, bh, bw = pad + tuple(blocks)
-        self.total = x.shape[0] * channels * Vd * Vh * Vw
-        n_words = 8 * max((self.total + 255) // 256, 1)
+        total = x.shape[0] * channels * Vd * Vh * Vw
+        self._seeds = seeds.prepare(thresholds, total)
+        n_words = 8 * max((total + 255) // 256, 1)
         if W <= rows.ROW_MAX and not PER_ELEMENT:
             self._launch = rows.prepare(tuple(x.shape), layout, channels, (D, H, W),
                                         (Vd, Vh, Vw), (bd, bh, bw), n_words, scale is not None)
@@ -169,7 +168,7 @@ class Prepared:
     def __call__(self, x: torch.Tensor, k0: int, k1: int) -> torch.Tensor:
         """The mask drawn from the key ``(k0, k1)`` applied to ``x``: a new tensor."""
         out = torch.empty_like(x)
-        bits = seeds.seed_bits(self.thresholds, (k0, k1), self.total)
+        bits = self._seeds(k0, k1)
         self._launch(x, out, bits, self.scale if self.scale is not None else x)
         return out
 

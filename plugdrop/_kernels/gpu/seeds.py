@@ -8,6 +8,8 @@ Private; imported only where Triton is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -15,7 +17,7 @@ import triton.language as tl
 from ..._device import on_device
 from . import interpreted
 
-__all__ = ["seed_bits", "thresholds_on"]
+__all__ = ["prepare", "seed_bits", "thresholds_on"]
 
 #: blocks of the generator walked by one program: on a GPU, and in the interpreter (numpy:
 #: the fewer programs the faster)
@@ -102,17 +104,28 @@ def _signed(k: int) -> int:
     return k - (1 << 32) if k >= 1 << 31 else k
 
 
+def prepare(thresholds: torch.Tensor, total: int,
+            first_block: int = 0) -> Callable[[int, int], torch.Tensor]:
+    """:func:`seed_bits` for ``thresholds`` and ``total``, its grid and arguments decided
+    once: ``draw(k0, k1)`` returns the bits."""
+    n_blocks = max((total + 255) // 256 - first_block, 1)
+    lanes = min(_LANES_INTERPRETED, triton.next_power_of_2(n_blocks)) if interpreted() \
+        else _LANES
+    kernel = _seeds_kernel[(triton.cdiv(n_blocks, lanes),)]
+    device = thresholds.device
+
+    def draw(k0: int, k1: int) -> torch.Tensor:
+        bits = torch.empty(n_blocks * 8, dtype=torch.int32, device=device)
+        kernel(bits, thresholds, first_block, n_blocks, total, _signed(k0), _signed(k1),
+               LANES=lanes)
+        return bits
+    return draw
+
+
 def seed_bits(thresholds: torch.Tensor, key: tuple[int, int], total: int,
               first_block: int = 0) -> torch.Tensor:
     """The seeds the generator draws among seed-grid positions ``256 * first_block`` to
     ``total - 1``, as bits: int32 words, bit ``n % 32`` of word ``n // 32`` set if position
     ``256 * first_block + n`` is a seed (positions from ``total`` on are never set).
     ``thresholds``: the 32 int64 thresholds on the device."""
-    n_blocks = max((total + 255) // 256 - first_block, 1)
-    bits = torch.empty(n_blocks * 8, dtype=torch.int32, device=thresholds.device)
-    lanes = min(_LANES_INTERPRETED, triton.next_power_of_2(n_blocks)) if interpreted() \
-        else _LANES
-    _seeds_kernel[(triton.cdiv(n_blocks, lanes),)](
-        bits, thresholds, first_block, n_blocks, total, _signed(key[0]), _signed(key[1]),
-        LANES=lanes)
-    return bits
+    return prepare(thresholds, total, first_block)(*key)
