@@ -56,7 +56,7 @@ def _thresholds(gamma: float, device: str) -> tuple[tuple[int, ...], torch.Tenso
 # ------------------------------------------------------------------------ the generator
 
 @pytest.mark.parametrize("gamma,total", [(0.001, 3000), (0.04, 1), (0.04, 255), (0.04, 256),
-                                         (0.04, 257), (0.04, 3000), (0.3, 2000), (0.95, 300)])
+                                         (0.04, 257), (0.04, 3000), (0.3, 600), (0.95, 300)])
 def test_seeds_are_the_c_kernels_generator(device, gamma, total):
     th, on = _thresholds(gamma, device)
     for key in [(1, 2), (2**32 - 1, 2**31 + 5)]:
@@ -133,7 +133,8 @@ def test_mask_is_the_generators_in_every_layout(device, shape, blocks, shared, p
             assert torch.equal(cext.blockdrop(x0.to(dtype), scale, key, th, blocks, shared),
                                want)
         layouts = memory_layouts(x0.to(dtype).to(device))
-        if dtype == torch.float64:  # the kernel's own two layouts (the others are copied)
+        if dtype == torch.float64 or shape != CASES[0][0]:
+            # the kernel's own two layouts (the others are copied first: every layout once)
             layouts = {k: v for k, v in layouts.items() if k in ("contiguous", "channels_last")}
         for name, x in layouts.items():
             got = _gb().block_drop(x, scale.to(device), key, th, channels, valid, blocks)
@@ -333,7 +334,7 @@ def test_a_compiled_scheduled_dropblock_reads_p_on_the_host(device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_noise_is_standard_normal_reproducible_and_differentiable(device, multiplicative,
                                                                    dtype):
-    x = torch.full((256, 64, 8, 8), 2.0, device=device, dtype=dtype, requires_grad=True)
+    x = torch.full((128, 64, 8, 8), 2.0, device=device, dtype=dtype, requires_grad=True)
     torch.manual_seed(3)
     y = F.gaussian_noise(x, 0.5, multiplicative=multiplicative)
     torch.manual_seed(3)
