@@ -90,6 +90,31 @@ def test_plugdrop_no_triton_turns_the_kernels_off(monkeypatch):
         gpu._triton.cache_clear()
 
 
+def test_the_first_use_on_a_device_tries_each_kernel(device):
+    from plugdrop._kernels import gpu
+
+    gpu._probe(torch.device(device))  # what runs once per GPU: passes where the kernels do
+
+
+def test_kernels_that_fail_on_a_gpu_warn_once_and_leave_it_to_the_torch_ops(monkeypatch):
+    import warnings
+
+    from plugdrop._kernels import gpu
+
+    def broken(device):
+        raise RuntimeError("sm_52 is not supported\n(the rest of a long error)")
+
+    monkeypatch.setattr(gpu, "_probe", broken)
+    monkeypatch.setattr(gpu, "_WORKS", {})
+    with pytest.warns(RuntimeWarning, match=r"cannot run on this GPU \(RuntimeError: sm_52 "
+                                            r"is not supported\); DropBlock.*torch-op"):
+        assert not gpu.works_on(7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per device
+        assert not gpu.works_on(7)
+        assert not gpu.serves(torch.device("cuda", 7))
+
+
 def test_no_seeds_at_rate_zero(device):
     x = torch.randn(2, 3, 8, 8, device=device)
     out = _gb().block_drop(x, None, (1, 2), cext.thresholds(0.0), 3, (6, 6), (3, 3))

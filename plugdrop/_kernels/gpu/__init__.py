@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any
 
 import torch
 
 from ..._compat import constant_result
 
-__all__ = ["ON_CPU", "available", "interpreted", "runs_on", "serves"]
+__all__ = ["ON_CPU", "available", "interpreted", "runs_on", "serves", "works_on"]
 
 #: Run the kernels on CPU tensors too, through Triton's interpreter (tests switch it on).
 ON_CPU = False
@@ -51,11 +52,56 @@ def available() -> bool:
 
 
 def serves(device: torch.device) -> bool:
-    """Whether these kernels serve tensors on ``device``: a CUDA (or ROCm) device with Triton,
-    or the CPU while :data:`ON_CPU` is set under Triton's interpreter."""
+    """Whether these kernels serve tensors on ``device``: a CUDA (or ROCm) device with Triton
+    where they compile and run (:func:`works_on`), or the CPU while :data:`ON_CPU` is set under
+    Triton's interpreter."""
     if device.type == "cuda":
-        return available()
+        return available() and works_on(device.index)
     return ON_CPU and device.type == "cpu" and interpreted()
+
+
+_WORKS: dict[int | None, bool] = {}
+
+
+@constant_result
+def works_on(index: int | None) -> bool:
+    """Whether the kernels compile and run on CUDA device ``index`` (None: the current one),
+    tried once per device on a tiny tensor (as the C kernel is built at first use). Where they
+    do not (a GPU Triton does not support, a broken toolchain), a warning says so once and the
+    torch-op paths serve the device: the same law of masks."""
+    ok = _WORKS.get(index)
+    if ok is None:
+        try:
+            _probe(torch.device("cuda", index) if index is not None else torch.device("cuda"))
+            ok = True
+        except Exception as e:  # a failing toolchain must never break training
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            warnings.warn(f"plugdrop: the Triton kernels cannot run on this GPU "
+                          f"({type(e).__name__}: {first}); DropBlock, Dropout2d and "
+                          f"GaussianNoise use their torch-op paths there (the same law of "
+                          f"masks; PLUGDROP_NO_TRITON=1 chooses them without trying)",
+                          RuntimeWarning, stacklevel=2)
+            ok = False
+        _WORKS[index] = ok
+    return ok
+
+
+def _probe(device: torch.device) -> None:
+    """Each kernel once on a tiny tensor of ``device``, its result checked."""
+    from .. import cext
+    from . import blockdrop, noise
+
+    x = torch.ones(1, 2, 4, 4, device=device)
+    for layout in (x, x.contiguous(memory_format=torch.channels_last)):
+        y = blockdrop.block_drop(layout, None, (1, 2), cext.thresholds(1.0), 2, (3, 3), (2, 2))
+        if not bool((y == 0).all()):  # a seed everywhere: all dropped
+            raise RuntimeError("the DropBlock kernel's mask is wrong on this device")
+    wide = torch.ones(1, 1, 1, 70, device=device)
+    if not bool((blockdrop.block_drop(wide, None, (1, 2), cext.thresholds(1.0), 1, (1, 70),
+                                      (1, 1)) == 0).all()):
+        raise RuntimeError("the DropBlock kernel's mask is wrong on this device")
+    if not bool(torch.isfinite(noise.noise(x, (1, 2), 0.1, False)).all()):
+        raise RuntimeError("the noise kernel's output is wrong on this device")
 
 
 def runs_on(x: torch.Tensor) -> bool:
