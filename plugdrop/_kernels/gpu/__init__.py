@@ -71,7 +71,11 @@ def works_on(index: int | None) -> bool:
     torch-op paths serve the device: the same law of masks."""
     ok = _WORKS.get(index)
     if ok is None:
+        mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
         try:
+            # its checks read the results back once: not a synchronization to report
+            if mode:
+                torch.cuda.set_sync_debug_mode(0)
             _probe(torch.device("cuda", index) if index is not None else torch.device("cuda"))
             ok = True
         except Exception as e:  # a failing toolchain must never break training
@@ -82,6 +86,9 @@ def works_on(index: int | None) -> bool:
                           f"masks; PLUGDROP_NO_TRITON=1 chooses them without trying)",
                           RuntimeWarning, stacklevel=2)
             ok = False
+        finally:
+            if mode:
+                torch.cuda.set_sync_debug_mode(mode)
         _WORKS[index] = ok
     return ok
 
