@@ -79,7 +79,7 @@ def test_plugdrop_no_triton_turns_the_kernels_off(monkeypatch):
     from plugdrop._kernels import gpu
 
     monkeypatch.setenv("PLUGDROP_NO_TRITON", "1")
-    gpu._triton.cache_clear()
+    gpu.triton_module.cache_clear()
     try:
         assert not gpu.available() and not gpu.serves(torch.device("cuda"))
         # DropBlock on the torch-op paths: the same law, no Triton
@@ -87,7 +87,7 @@ def test_plugdrop_no_triton_turns_the_kernels_off(monkeypatch):
         assert 0.05 < (y == 0).float().mean().item() < 0.15
     finally:
         monkeypatch.delenv("PLUGDROP_NO_TRITON")
-        gpu._triton.cache_clear()
+        gpu.triton_module.cache_clear()
 
 
 def test_the_first_use_on_a_device_tries_each_kernel(device):
@@ -106,6 +106,8 @@ def test_kernels_that_fail_on_a_gpu_warn_once_and_leave_it_to_the_torch_ops(monk
 
     monkeypatch.setattr(gpu, "_probe", broken)
     monkeypatch.setattr(gpu, "_WORKS", {})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
     with pytest.warns(RuntimeWarning, match=r"cannot run on this GPU \(RuntimeError: sm_52 "
                                             r"is not supported\); DropBlock.*torch-op"):
         assert not gpu.works_on(7)
@@ -347,7 +349,10 @@ def test_compiled_is_one_graph_with_the_eager_mask_for_a_key(device):
 
 def test_a_compiled_scheduled_dropblock_reads_p_on_the_host(device):
     # On an accelerator p would otherwise be a device scalar (a synchronization to read it).
-    assert kernel_ops.host_p(torch.device("cuda"))
+    from plugdrop._kernels import gpu
+
+    assert kernel_ops.host_p(torch.device("cuda")) == gpu.serves(torch.device("cuda"))
+    assert kernel_ops.host_p(torch.device("cuda")) == torch.cuda.is_available()
     t = pd.DropBlock(pd.linear(0.0, 0.2, steps=4), 3)
     assert not kernel_ops.host_p(torch.device("cpu"))
     assert isinstance(t._values(torch.device(device))["p"], float)  # eager: the float

@@ -9,8 +9,11 @@
 - :mod:`.noise`      Gaussian noise fused with the add or multiply (one pass)
 - :mod:`.common`     what the kernels share (rounding to bfloat16 as a GPU does)
 
-Triton ships with PyTorch's CUDA wheels. Where it is missing, or fails to compile a kernel,
-:func:`available` is false and the dispatch takes the torch-op paths (the same law of masks).
+- :mod:`.runtime`    whether Triton is here (:func:`available`) and interprets
+
+Triton ships with PyTorch's CUDA wheels. Where it is missing, :func:`available` is false, and
+where its kernels fail on a GPU, :func:`works_on` is; the dispatch then takes the torch-op
+paths (the same law of masks).
 A CPU tensor runs these kernels only when a test asks for it (:data:`ON_CPU`) in a process
 started with ``TRITON_INTERPRET=1`` (Triton's interpreter: slow but exact, which is how
 their exactness is proven on machines without a GPU; the test suite sets it where no GPU is).
@@ -18,37 +21,18 @@ their exactness is proven on machines without a GPU; the test suite sets it wher
 
 from __future__ import annotations
 
-import functools
-import os
 import warnings
-from typing import Any
 
 import torch
 
 from ..._compat import constant_result
+from .runtime import available, interpreted, triton_module
 
-__all__ = ["ON_CPU", "available", "interpreted", "runs_on", "serves", "works_on"]
+__all__ = ["ON_CPU", "available", "interpreted", "runs_on", "serves", "triton_module",
+           "works_on"]
 
 #: Run the kernels on CPU tensors too, through Triton's interpreter (tests switch it on).
 ON_CPU = False
-
-
-@functools.lru_cache(maxsize=1)
-def _triton() -> Any:
-    if os.environ.get("PLUGDROP_NO_TRITON", "") not in ("", "0"):
-        return None
-    try:
-        import triton
-        import triton.language  # noqa: F401
-    except Exception:  # not installed, or a build that cannot load here
-        return None
-    return triton
-
-
-@constant_result
-def available() -> bool:
-    """Whether Triton can be imported (``PLUGDROP_NO_TRITON=1`` says no)."""
-    return _triton() is not None
 
 
 def serves(device: torch.device) -> bool:
@@ -70,8 +54,10 @@ def works_on(index: int | None) -> bool:
     do not (a GPU Triton does not support, a broken toolchain), a warning says so once and the
     torch-op paths serve the device: the same law of masks."""
     ok = _WORKS.get(index)
+    if ok is None and not torch.cuda.is_available():
+        return False  # no GPU to try them on (nothing to warn of)
     if ok is None:
-        mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
+        mode = torch.cuda.get_sync_debug_mode()
         try:
             # its checks read the results back once: not a synchronization to report
             if mode:
@@ -116,14 +102,3 @@ def runs_on(x: torch.Tensor) -> bool:
     return serves(x.device)
 
 
-_INTERPRETED: list[bool] = []
-
-
-@constant_result
-def interpreted() -> bool:
-    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1`` when this
-    process first asked)."""
-    if not _INTERPRETED:
-        triton = _triton()
-        _INTERPRETED.append(triton is not None and bool(triton.knobs.runtime.interpret))
-    return _INTERPRETED[0]

@@ -16,7 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import interpreted, rows, seeds
+from . import rows, seeds
+from .runtime import interpreted
 from .common import narrow
 
 __all__ = ["PER_ELEMENT", "Prepared", "applies", "block_drop", "layout_of", "prepare"]

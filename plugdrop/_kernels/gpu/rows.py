@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import interpreted
+from .runtime import interpreted
 from .common import narrow
 
 __all__ = ["ROW_MAX", "prepare"]

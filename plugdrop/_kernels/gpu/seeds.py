@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ..._device import on_device
-from . import interpreted
+from .runtime import interpreted
 
 __all__ = ["prepare", "seed_bits", "thresholds_on"]
 
