@@ -2,10 +2,12 @@
 
 Usage: python benchmarks/report.py RUN.json [RUN2.json ...] [--write benchmarks/RESULTS.md]
        python benchmarks/report.py CUDA.json --cuda benchmarks/RESULTS-cuda.md
+       python benchmarks/report.py --rows ROWS.jsonl --cuda benchmarks/RESULTS-cuda.md
 
 ``--cuda`` (``./dev bench-gpu``) rewrites only the section of the latest GPU run in that file
 (between its two marker lines, added at the end the first time), keeping the earlier
-sessions' notes.
+sessions' notes. ``--rows`` reads the rows a run recorded one by one (``BENCH_ROWS``: what a
+machine without pytest-benchmark, or a run cut short, leaves).
 
 With several runs (``./dev bench`` with ``BENCH_RUNS=3``), each ratio shows every run's value
 and the worst of them, so a target is checked against all runs, not the luckiest.
@@ -139,7 +141,13 @@ def main(argv: list[str]) -> None:
     files = [a for a in argv if not a.startswith("--")]
     dest = _option(argv, files, "--write")
     cuda = _option(argv, files, "--cuda")
+    rows = _option(argv, files, "--rows")
     datas = [json.loads(Path(f).read_text()) for f in files]
+    if rows is not None:
+        import datetime
+        lines = [line for line in rows.read_text().splitlines() if line.strip()]
+        datas.append({"datetime": datetime.datetime.now().isoformat(timespec="seconds"),
+                      "benchmarks": [{"extra_info": json.loads(line)} for line in lines]})
     text = table(datas)
     print(text)
     if cuda is not None:
