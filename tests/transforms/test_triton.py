@@ -18,7 +18,7 @@ from plugdrop import functional as F
 from plugdrop._kernels import autograd as KA
 from plugdrop._kernels import cext, geometry
 from plugdrop._kernels import ops as kernel_ops
-from conformance import ForwardConformance
+from conformance import LAYOUT_SHAPES, ForwardConformance
 from conftest import memory_layouts, sigma_tol, triton_path
 
 pytestmark = pytest.mark.triton
@@ -397,6 +397,14 @@ class _OnTriton:
     @pytest.fixture(autouse=True)
     def _triton(self, monkeypatch):
         triton_path(monkeypatch)
+
+    # Through the hooks, the kernels' calls are the same: one shape (the one of 65,536
+    # elements, where the fused paths start) instead of three (the suite's time).
+    @pytest.mark.parametrize("device", ["cpu"])
+    @pytest.mark.parametrize("shape", [LAYOUT_SHAPES[1]])
+    def test_same_seed_same_mask_in_every_memory_layout_through_hooks(self, shape, device):
+        super().test_same_seed_same_mask_in_every_memory_layout_through_hooks(  # type: ignore[misc]
+            shape, device)
 
 
 class TestDropBlockTriton(_OnTriton, ForwardConformance):

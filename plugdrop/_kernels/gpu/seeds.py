@@ -79,7 +79,7 @@ def _seeds_kernel(bits_ptr, thr_ptr, first, n_blocks, total, k0, k1, LANES: tl.c
         hit = (alive > 0) & (pos < 256) & (j * 256 + pos < total)
         bit = tl.where(hit, 1 << (pos & 31), 0)
         words = words | tl.where(cols[None, :] == (pos >> 5)[:, None], bit[:, None], 0)
-        alive = ((alive > 0) & (pos < 255)).to(tl.int32)
+        alive = (hit & (pos < 255)).to(tl.int32)  # a block's walk ends at the grid's end too
         k += 1
     tl.store(bits_ptr + lane[:, None] * 8 + cols[None, :], words, mask=live[:, None])
 
