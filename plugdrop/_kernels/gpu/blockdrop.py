@@ -18,7 +18,7 @@ import triton.language as tl
 
 from . import rows, seeds
 from .runtime import interpreted
-from .common import narrow
+from .common import block_range, narrow
 
 __all__ = ["PER_ELEMENT", "Prepared", "applies", "block_drop", "layout_of", "prepare"]
 
@@ -32,10 +32,7 @@ def _apply_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, numel, n_words, C, D, H, 
                   CHANNELS_LAST: tl.constexpr, NWORDS: tl.constexpr, HAS_SCALE: tl.constexpr,
                   WIDE: tl.constexpr, BLOCK: tl.constexpr):
     # out[i] = 0 where a seed's block covers element i, else x[i] * scale[spatial position].
-    if WIDE:
-        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    else:
-        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    i = block_range(BLOCK, WIDE)
     inside = i < numel
     if CHANNELS_LAST:  # a sample is [D][H][W][C]
         c = i % C

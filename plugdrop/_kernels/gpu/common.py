@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["narrow"]
+__all__ = ["block_range", "narrow"]
 
 
 @triton.jit
@@ -19,3 +19,14 @@ def narrow(y, like):
         return tl.where(y != y, y.to(tl.bfloat16), u.to(tl.uint16).to(tl.bfloat16, bitcast=True))
     else:
         return y.to(like.dtype)
+
+
+@triton.jit
+def block_range(BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    # This program's BLOCK consecutive indices along the grid's first axis: int64 where the
+    # indices may pass 2**31 (WIDE), else int32 (cheaper arithmetic)
+    if WIDE:
+        return tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        return tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+

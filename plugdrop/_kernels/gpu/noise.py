@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .runtime import interpreted
-from .common import narrow
+from .common import block_range, narrow
 
 __all__ = ["noise"]
 
@@ -23,10 +23,7 @@ _BLOCK, _BLOCK_INTERPRETED = 1024, 1 << 16
 @triton.jit(do_not_specialize=["seed", "std"])
 def _noise_kernel(x_ptr, out_ptr, numel, seed, std, MULTIPLICATIVE: tl.constexpr,
                   WIDE: tl.constexpr, BLOCK: tl.constexpr):
-    if WIDE:
-        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    else:
-        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    i = block_range(BLOCK, WIDE)
     inside = i < numel
     x = tl.load(x_ptr + i, mask=inside, other=0)
     z = tl.randn(seed, i)

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from .runtime import interpreted
-from .common import narrow
+from .common import block_range, narrow
 
 __all__ = ["ROW_MAX", "prepare"]
 
@@ -66,10 +66,7 @@ def _rows_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_rows, n_words, C, D, H, 
     # Channels-first, maps at most 64 wide: a tile of BH map rows (of all maps, in memory
     # order) x BW columns; each row's mask is made once (a 64-bit word), then each element
     # reads its bit.
-    if WIDE:
-        r = tl.program_id(0).to(tl.int64) * BH + tl.arange(0, BH)
-    else:
-        r = tl.program_id(0) * BH + tl.arange(0, BH)
+    r = block_range(BH, WIDE)
     live = r < n_rows
     maps = r // (D * H)
     dh = r % (D * H)
@@ -101,10 +98,7 @@ def _rows_cl_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_pos, n_words, C, D, H
                     BW: tl.constexpr, BC: tl.constexpr):
     # Channels-last, maps at most 64 wide: BP rows (b, d, h) x BW columns x BC channels, the
     # channels innermost in memory; each (row, channel)'s mask is made once.
-    if WIDE:
-        p = tl.program_id(0).to(tl.int64) * BP + tl.arange(0, BP)
-    else:
-        p = tl.program_id(0) * BP + tl.arange(0, BP)
+    p = block_range(BP, WIDE)
     c = tl.program_id(1) * BC + tl.arange(0, BC)
     live = p < n_pos
     dh = p % (D * H)

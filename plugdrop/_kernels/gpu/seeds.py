@@ -25,6 +25,16 @@ _LANES, _LANES_INTERPRETED = 64, 4096
 _M32 = 0xFFFFFFFF
 
 
+@triton.jit
+def _mix(x):
+    # Wellons' lowbias32 on uint32 (products wrap, as the C kernel's do)
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x846CA68B
+    return x ^ (x >> 16)
+
+
 @triton.jit(do_not_specialize=["k0", "k1"])
 def _seeds_kernel(bits_ptr, thr_ptr, first, n_blocks, total, k0, k1, LANES: tl.constexpr):
     # One lane per block j = first + lane of 256 seed-grid positions; its seeds' bits go to
@@ -46,32 +56,9 @@ def _seeds_kernel(bits_ptr, thr_ptr, first, n_blocks, total, k0, k1, LANES: tl.c
     k = 0
     while tl.max(alive, axis=0) > 0:
         c = lo | k
-        # A(n) = mix(mix(lo ^ k0) ^ hi ^ k1), B(n) = mix(mix(lo ^ k1) ^ hi ^ k0); mix is
-        # Wellons' lowbias32 (written out: a kernel calls no Python function).
-        a = c ^ key0
-        a = a ^ (a >> 16)
-        a = a * 0x7FEB352D
-        a = a ^ (a >> 15)
-        a = a * 0x846CA68B
-        a = a ^ (a >> 16)
-        a = a ^ hi ^ key1
-        a = a ^ (a >> 16)
-        a = a * 0x7FEB352D
-        a = a ^ (a >> 15)
-        a = a * 0x846CA68B
-        a = a ^ (a >> 16)
-        b = c ^ key1
-        b = b ^ (b >> 16)
-        b = b * 0x7FEB352D
-        b = b ^ (b >> 15)
-        b = b * 0x846CA68B
-        b = b ^ (b >> 16)
-        b = b ^ hi ^ key0
-        b = b ^ (b >> 16)
-        b = b * 0x7FEB352D
-        b = b ^ (b >> 15)
-        b = b * 0x846CA68B
-        b = b ^ (b >> 16)
+        # A(n) = mix(mix(lo ^ k0) ^ hi ^ k1), B(n) = mix(mix(lo ^ k1) ^ hi ^ k0)
+        a = _mix(_mix(c ^ key0) ^ hi ^ key1)
+        b = _mix(_mix(c ^ key1) ^ hi ^ key0)
         above_t = tl.sum((t[None, :] <= a.to(tl.int64)[:, None]).to(tl.int32), axis=1)
         above_r = tl.sum((r[None, :] <= b.to(tl.int64)[:, None]).to(tl.int32), axis=1)
         gap = 16 * (16 - above_t) + 16 - above_r
