@@ -81,3 +81,22 @@ def test_a_branch_that_changed_its_batch_is_a_shape_error():
     kept = K.Kept(torch.tensor([0, 2]), 4, 2, None)
     with pytest.raises(pd.ShapeError, match="ran on 2 sample.*shape \\(3, 5\\)"):
         K.put_rows(torch.randn(3, 5), kept)
+
+
+@pytest.mark.parametrize("count,scale", [(3, 2.0), (2, None), (0, 1.5)])
+def test_gather_and_scatter_are_twice_differentiable(count, scale):
+    """The gather's and the scatter's own backward (one pass each, the padding's gradient
+    zero): gradcheck and gradgradcheck in float64, with padding (4 rows run, ``count`` kept)."""
+    rows = torch.tensor([4, 1, 0, 3])
+    kept = K.Kept(rows, 6, count, scale)
+    x = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return K.put_rows(K.take_rows(x, rows, count).sin(), kept)
+
+    assert torch.autograd.gradcheck(f, (x,))
+    assert torch.autograd.gradgradcheck(f, (x,))
+    out = f(x)
+    want = torch.zeros(6, 3, dtype=torch.float64)
+    want[rows[:count]] = x.detach()[rows[:count]].sin() * (scale or 1.0)
+    assert torch.equal(out, want)
