@@ -44,8 +44,10 @@ class DropPath(ForwardTransform):
             :class:`~plugdrop.AttachError`. The kept samples are drawn on the host (the CPU
             generator: ``torch.manual_seed`` reproduces them), so nothing waits for the
             device. Where skipping cannot pay (``min_dropped``) the branch runs on every
-            sample under the same draw's mask, as plain DropPath. Default: ``False``. See
-            the guide's page "Residual branches".
+            sample under the same draw's mask, as plain DropPath. Saves time on a CPU; on a
+            GPU it was measured slower before its gather and scatter became one pass each
+            and before that rule (``benchmarks/gpu_skip_syncs.py`` measures it). Default:
+            ``False``. See the guide's page "Residual branches".
         pad: with ``skip_compute``, the kept samples are padded (with dropped ones, whose
             outputs are thrown away) to a multiple of ``pad`` rows, so that the branch meets
             at most ``batch / pad + 1`` batch sizes: on a GPU each new batch size costs cuDNN
