@@ -164,16 +164,15 @@ class _Take(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, index: torch.Tensor, count: int) -> torch.Tensor:
-        ctx.save_for_backward(index)
-        ctx.count = count
-        ctx.shape = x.shape
+        # the index needs no grad and is never written: held as it is, without the saved
+        # tensor machinery (host time per call)
+        ctx.index, ctx.count, ctx.shape = index, count, x.shape
         return x.index_select(0, index)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        (index,) = ctx.saved_tensors
+        index, count = ctx.index, ctx.count
         out = grad.new_zeros(ctx.shape)
-        count = ctx.count
         if count == index.numel():
             return out.index_copy_(0, index, grad), None, None
         return out.index_copy_(0, index[:count], grad[:count]), None, None
@@ -188,8 +187,7 @@ class _Put(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, y: torch.Tensor, index: torch.Tensor, count: int, batch: int,
                 scale: float | None) -> torch.Tensor:
-        ctx.save_for_backward(index)
-        ctx.count, ctx.scale = count, scale
+        ctx.index, ctx.count, ctx.scale = index, count, scale
         out = y.new_zeros((batch,) + tuple(y.shape[1:]))
         if count == 0:
             return out
@@ -201,13 +199,14 @@ class _Put(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
-        (index,) = ctx.saved_tensors
-        count, scale = ctx.count, ctx.scale
+        index, count, scale = ctx.index, ctx.count, ctx.scale
         g = grad.index_select(0, index)
+        kept = g
         if count < index.numel():
             g[count:].zero_()  # the padding's (or the stand-in row's) output was dropped
+            kept = g[:count]
         if scale is not None:
-            g[:count].mul_(scale)  # plain DropPath's grad * multiplier, rounded once
+            kept.mul_(scale)  # plain DropPath's grad * multiplier, rounded once
         return g, None, None, None, None
 
 
