@@ -18,4 +18,5 @@ echo "tests: exit status $?" | tee -a "$out/tests.log"
 timeout 360 ./dev bench-gpu > "$out/bench.log" 2>&1
 echo "bench-gpu: exit status $?" | tee -a "$out/bench.log"
 cp benchmarks/RESULTS-cuda.md .benchmarks/cuda-rows.jsonl "$out/" 2>/dev/null
+timeout 120 python3 benchmarks/gpu_skip_syncs.py > "$out/skip-syncs.txt" 2>&1; tail -n 6 "$out/skip-syncs.txt"
 tail -n 40 "$out/bench.log"

@@ -5,16 +5,12 @@ Dropout takes sparse draws (O(p * numel) on CPU, a boolean mask saved) where the
 else torch's own ``native_dropout``; DropPath multiplies by a per-sample multiplier drawn in
 two torch calls from a cached tensor of ones.
 
-DropPath with ``skip_compute=True`` (:func:`draw_kept`, :func:`take_rows`, :func:`put_rows`):
-the samples a residual branch keeps are drawn on the host, from the CPU generator, so that
-their number, which sets the shapes of the branch's computation, is known without reading
-the device: on the CPU the draw is the very one of plain DropPath (the same calls on the same
-generator), on CUDA it is copied to the device from pinned memory without a synchronization.
+DropPath with ``skip_compute=True`` has its own kernels: :mod:`.kept`.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -23,8 +19,7 @@ from ..errors import ShapeError
 from . import autograd as KA
 from . import draws
 
-__all__ = ["Kept", "draw_kept", "drop_path", "drop_path_cached", "dropout", "put_rows",
-           "remember_batched", "take_rows"]
+__all__ = ["drop_path", "drop_path_cached", "dropout", "remember_batched"]
 
 Number = float | torch.Tensor
 
@@ -87,155 +82,3 @@ def remember_batched(x: torch.Tensor) -> None:
     if x.is_floating_point():
         draws.remember_ones(_BATCHED, (x.shape, x.dtype, x.device),
                             (x.shape[0],) + (1,) * (x.dim() - 1))
-
-
-# ------------------------------------------------------------------ DropPath, skip_compute
-
-
-class Kept(NamedTuple):
-    """The samples of one forward that run a residual branch (DropPath with
-    ``skip_compute=True``), drawn at the branch's entry, used again at its exit."""
-
-    #: the rows of the stream the branch runs on, on its device (``None``: all of them)
-    rows: torch.Tensor | None
-    #: samples in the stream
-    batch: int
-    #: samples kept (0: none; the branch then runs on ``rows``, empty or one stand-in row,
-    #: and gives zeros)
-    kept: int
-    #: multiplier of the kept samples' outputs: ``1 / (1 - p)`` rounded to their dtype, as
-    #: plain DropPath multiplies by it (``None``: 1)
-    scale: float | None
-
-
-#: (p, dtype) -> ``1 / (1 - p)`` rounded to dtype; bounded by clearing
-_SCALES: dict[tuple[float, torch.dtype], float] = {}
-#: device -> a one-row index (the stand-in row of a draw that keeps nothing) and an empty one
-_ROW0: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _scale(p: float, dtype: torch.dtype) -> float:
-    """``1 / (1 - p)`` rounded to ``dtype``: the factor plain DropPath's multiplier holds."""
-    key = (p, dtype)
-    value = _SCALES.get(key)
-    if value is None:
-        if len(_SCALES) >= 512:
-            _SCALES.clear()
-        value = _SCALES[key] = float(torch.tensor(1.0 / (1.0 - p), dtype=dtype))
-    return value
-
-
-def _on(index: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``index`` (a CPU tensor) on ``device``; to CUDA from pinned memory, asynchronously (the
-    pinned block is not reused before the copy ran)."""
-    if device.type == "cpu":
-        return index
-    if device.type == "cuda":
-        return index.pin_memory().to(device, non_blocking=True)
-    return index.to(device)
-
-
-def padded(count: int, batch: int, pad: int) -> int:
-    """The rows a branch runs on for ``count`` kept samples of ``batch``: ``count`` rounded up
-    to a multiple of ``pad`` (at most ``batch``), so that a GPU meets at most
-    ``batch / pad + 1`` batch sizes instead of ``batch + 1`` (cuDNN and cuBLAS set up for each
-    new one)."""
-    if pad <= 1 or count in (0, batch):
-        return count
-    return min(batch, -(-count // pad) * pad)
-
-
-def draw_kept(x: torch.Tensor, p: float, scale_by_keep: bool, empty_ok: bool,
-              pad: int = 1) -> Kept | None:
-    """Which samples of ``x`` (batch first) keep their branch, each with probability
-    ``1 - p``; ``None`` when ``p`` is 0 (nothing to draw, nothing to change). With ``pad``
-    > 1, the rows the branch runs on are the kept ones followed by dropped ones up to
-    :func:`padded` rows; the padding's outputs are thrown away at the exit (:func:`put_rows`),
-    so the outputs and gradients are those of the kept rows alone.
-
-    Drawn as plain DropPath draws its mask (``torch.bernoulli`` of ones of shape
-    ``(B, 1, ..., 1)``), on the CPU generator whatever ``x``'s device: for a CPU ``x`` the same
-    mask as plain DropPath from the same generator state. A draw that keeps no sample runs the
-    branch on no row when ``empty_ok`` (the branch was seen to take an empty batch), else on
-    one stand-in row whose output is dropped (:func:`put_rows` gives zeros either way).
-    """
-    if p == 0.0:
-        return None
-    batch = x.shape[0]
-    cpu = torch.device("cpu")
-    dtype = x.dtype if x.device.type == "cpu" else torch.float32
-    ones = draws.ones((batch,) + (1,) * (x.dim() - 1), dtype, cpu)
-    index = torch.bernoulli(ones, 1.0 - p).view(-1).nonzero().view(-1)
-    count = index.numel()
-    scale = _scale(p, x.dtype) if scale_by_keep else None
-    if count == batch:
-        return Kept(None, batch, batch, scale)
-    if count == 0:
-        rows = _ROW0.get(x.device)
-        if rows is None:
-            one = _on(torch.zeros(1, dtype=torch.int64), x.device)
-            rows = _ROW0[x.device] = (one, one[:0])
-        return Kept(rows[1] if empty_ok else rows[0], batch, 0, scale)
-    run = padded(count, batch, pad)
-    if run > count:  # the first dropped samples fill the bucket (their outputs are dropped)
-        dropped = torch.ones(batch, dtype=torch.bool)
-        dropped[index] = False
-        index = torch.cat([index, dropped.nonzero().view(-1)[:run - count]])
-    return Kept(_on(index, x.device), batch, count, scale)
-
-
-def _memory_order(t: torch.Tensor) -> list[int] | None:
-    """``t``'s dims from outermost to innermost in memory when ``t`` is dense with its batch
-    outermost and not contiguous (channels-last maps...); ``None`` otherwise."""
-    if t.is_contiguous():
-        return None
-    order = sorted(range(t.dim()), key=lambda d: (-t.stride()[d], -t.shape[d], d))
-    if order[0] != 0 or not t.permute(order).is_contiguous():
-        return None
-    return order
-
-
-def _inverse(order: list[int]) -> list[int]:
-    inverse = [0] * len(order)
-    for i, d in enumerate(order):
-        inverse[d] = i
-    return inverse
-
-
-def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """The rows ``index`` of ``x`` (a gather autograd follows), in ``x``'s memory order."""
-    order = _memory_order(x)
-    if order is None:
-        return x.index_select(0, index)
-    return x.permute(order).index_select(0, index).permute(_inverse(order))
-
-
-def put_rows(y: torch.Tensor, kept: Kept) -> torch.Tensor:
-    """The branch's output for the whole batch from ``y``, its output on the kept rows: the
-    kept rows of ``y`` scaled by ``kept.scale`` at their places, zeros elsewhere, in ``y``'s
-    dtype, device and memory order. The zeros come from ``y`` through autograd (a draw that
-    keeps nothing still gives every parameter of the branch a gradient, of zeros), never from
-    a tensor outside the graph.
-
-    Raises:
-        ShapeError: ``y`` does not have one row per row the branch ran on.
-    """
-    ran = kept.batch if kept.rows is None else kept.rows.numel()
-    if y.dim() == 0 or y.shape[0] != ran:
-        raise ShapeError(
-            f"the branch ran on {ran} sample(s) but its exit returned shape "
-            f"{tuple(y.shape)}: skip_compute needs a branch that keeps its batch dim first")
-    if kept.rows is None:
-        return y if kept.scale is None else y * kept.scale
-    # the kept rows come first; the rest (a stand-in row, a bucket's padding) is dropped
-    y, index = y[:kept.kept], kept.rows[:kept.kept]
-    shape = (kept.batch,) + tuple(y.shape[1:])
-    order = _memory_order(y)
-    if order is None:
-        out = y.new_zeros(shape)
-    else:
-        out = y.new_zeros([shape[d] for d in order]).permute(_inverse(order))
-    if kept.scale is None:
-        return out.index_copy_(0, index, y)
-    # 0 + scale * y, in one pass: scale * y rounded once, as plain DropPath's y * multiplier
-    return out.index_add_(0, index, y, alpha=kept.scale)

@@ -424,9 +424,10 @@ def test_processes_two_at_once_and_a_killed_one_resumes(tmp_path, ref):
      "--gpus-per-run 64: this machine has"),
     (["--launcher", "processes", "--max-parallel", "0"], "--max-parallel 0: must be at least 1"),
     # Before: every run's process failed on "CUDA is not available here" (it saw no GPU).
+    # (This machine has none; with GPUs, each run gets one: test_launch_gpus.py.)
     (["--launcher", "processes", "--device", "cuda"],
-     "--device: device: cuda, but --launcher processes gives each run's job the GPUs of "
-     "--gpus-per-run, 0 by default: add --gpus-per-run 1"),
+     "--device: device: cuda, but this machine has no GPU for --launcher processes to give "
+     "its runs"),
 ], ids=["not-its-option", "gpus", "parallel", "cuda-without-gpus"])
 def test_processes_mistakes_are_one_line(tmp_path, capsys, flags, message):
     assert main(["ablate", str(write(tmp_path, CFG)), "--out", str(tmp_path / "o"),
@@ -458,7 +459,7 @@ def test_device_auto_on_a_gpu_machine_without_gpus_per_run_says_so(tmp_path):
     auto = config.load(write(tmp_path, CFG.replace("device: cpu", "device: auto")))
     notice = config.gpus_left_idle(auto, "processes", 0, 2)
     assert notice is not None and "this machine has 2 GPUs" in notice
-    assert "the runs train on the CPU (add --gpus-per-run 1" in notice
+    assert "the runs train on the CPU (leave --gpus-per-run out" in notice
     assert config.gpus_left_idle(auto, "processes", 1, 2) is None
     assert config.gpus_left_idle(auto, "processes", 0, 0) is None
     assert config.gpus_left_idle(auto, "submitit", 0, 2) is None  # its jobs run elsewhere

@@ -321,20 +321,24 @@ def test_activation_checkpointing_replays_the_draw():
 
 
 def test_skip_compute_in_a_spec():
-    model = vit()
     x = torch.randn(4, 3, 32, 32)
-    group = pd.attach_all(model, """
-- {layers: "residual:", transform: DropPath, skip_compute: true,
-   p: {schedule: by_depth, start: 0.0, end: 0.2, by: parent}}
+    # block 1's rate, 0.2, drops 0.8 of a batch of 4 on average: under the default
+    # min_dropped (1 on the CPU) skipping cannot pay, and the branch runs on all 4 samples
+    # under the draw's mask; min_dropped 0.5 lets it skip
+    for extra, rows in (("", 4), (", min_dropped: 0.5", 3)):
+        model = vit()
+        group = pd.attach_all(model, f"""
+- {{layers: "residual:", transform: DropPath, skip_compute: true{extra},
+   p: {{schedule: by_depth, start: 0.0, end: 0.2, by: parent}}}}
 """, example_input=x[:2])
-    assert "skip_compute=True" in repr(group.handles[0].transform)
-    seen = rows_seen(model, "blocks.1.norm1")
-    forced = Forced([[1, 1, 0, 1]])
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch, "bernoulli", forced)
-        model.train()(x)
-    # one draw per branch and forward, none where p = 0 (block 0, by_depth from 0)
-    assert seen == [3] and forced.calls == 2
+        assert "skip_compute=True" in repr(group.handles[0].transform)
+        seen = rows_seen(model, "blocks.1.norm1")
+        forced = Forced([[1, 1, 0, 1]])
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch, "bernoulli", forced)
+            model.train()(x)
+        # one draw per branch and forward, none where p = 0 (block 0, by_depth from 0)
+        assert seen == [rows] and forced.calls == 2
 
 
 def test_skip_compute_in_the_callbacks_and_an_ablation_config(tmp_path):
@@ -364,3 +368,30 @@ def test_skip_compute_in_the_callbacks_and_an_ablation_config(tmp_path):
             mp.setattr(torch, "bernoulli", Forced([[1, 0, 0, 1]]))
             m.train()(x)
         assert seen == [2]
+
+
+def test_where_skipping_cannot_pay_the_plain_mask_of_the_same_draw():
+    """``p * batch`` under ``min_dropped`` (a small batch, a low rate): every branch runs on the
+    whole batch and its output is multiplied by the host draw's mask, which is plain
+    DropPath's own draw on the CPU: the same outputs and gradients, bit for bit."""
+    model = vit()
+    x = torch.randn(6, 3, 32, 32)
+    plain, skip = copy.deepcopy(model), copy.deepcopy(model)
+    for m, kw in ((plain, {}), (skip, {"skip_compute": True, "min_dropped": 6 * 0.3 + 0.1})):
+        pd.residual_branches(m, x[:2])
+        pd.attach(m, "residual:", pd.DropPath(0.3, **kw))
+    seen = rows_seen(skip, "blocks.0.attn")
+    for seed in (0, 1, 2):
+        grads = []
+        for m in (plain, skip):
+            m.train().zero_grad()
+            torch.manual_seed(seed)
+            xg = x.clone().requires_grad_()
+            y = m(xg)
+            y.square().sum().backward()
+            grads.append((y, xg.grad, [p.grad for p in m.parameters()]))
+        (y0, gx0, gp0), (y1, gx1, gp1) = grads
+        assert torch.equal(y1, y0) and torch.equal(gx1, gx0)
+        assert all(torch.equal(a, b) for a, b in zip(gp1, gp0))
+    assert seen == [6, 6, 6]
+    assert not pd.DropPath(0.3, skip_compute=True).min_dropped  # default: the padding

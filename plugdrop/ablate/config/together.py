@@ -101,25 +101,26 @@ def check_shard(cfg: AblationConfig, shard: tuple[int, int]) -> None:
 
 def check_gpus(cfg: AblationConfig, launcher: str, gpus_per_run: int) -> None:
     """A CUDA device needs GPUs in each job: a launcher that starts jobs of their own (not
-    ``local``) gives each one ``--gpus-per-run`` GPUs, none by default, and every run would
-    fail on a machine where it sees none."""
+    ``local``) gives each one ``--gpus-per-run`` GPUs (none by default, but one with
+    ``processes`` on a machine with GPUs), and every run would fail where it sees none."""
     if launcher != "local" and gpus_per_run == 0 and str(cfg.device).startswith("cuda"):
         raise ConfigError(f"{cfg.loc('device')}: device: {cfg.device}, but --launcher "
-                          f"{launcher} gives each run's job the GPUs of --gpus-per-run, 0 by "
-                          f"default: add --gpus-per-run 1 (or device: auto, which trains "
-                          f"on the CPU in a job without GPUs)")
+                          f"{launcher} gives each run's job the GPUs of --gpus-per-run, 0 "
+                          f"{'here' if launcher == 'processes' else 'by default'}: add "
+                          f"--gpus-per-run 1 (or device: auto, which trains on the CPU in a "
+                          f"job without GPUs)")
 
 
 def gpus_left_idle(cfg: AblationConfig, launcher: str, gpus_per_run: int,
                    gpus_here: int) -> str | None:
-    """The notice for ``device: auto`` through ``--launcher processes`` with no GPUs per run
-    on a machine that has ``gpus_here``: every job would train on the CPU without a word.
+    """The notice for ``device: auto`` through ``--launcher processes`` with ``--gpus-per-run
+    0`` on a machine that has ``gpus_here``: every job would train on the CPU without a word.
     ``None`` where nothing is left idle (the other launchers' jobs run on other machines)."""
     if launcher != "processes" or gpus_per_run or gpus_here == 0 or cfg.device != "auto":
         return None
     return (f"device: auto, and this machine has {gpus_here} GPU{'s' if gpus_here > 1 else ''}, "
-            f"but --launcher processes gives each run's job --gpus-per-run GPUs, 0 by "
-            f"default: the runs train on the CPU (add --gpus-per-run 1 to train on the GPUs)")
+            f"but --launcher processes gives each run's job --gpus-per-run 0 GPUs: the runs "
+            f"train on the CPU (leave --gpus-per-run out to give each run one GPU)")
 
 
 def batch_per_process(cfg: AblationConfig, world: int) -> int:

@@ -39,7 +39,10 @@ class LaunchOptions:
 
     cpus_per_run: int = option(1, metavar="N", minimum=1,
                                help="CPUs of each job (also its torch threads)")
-    gpus_per_run: int = option(0, metavar="N", minimum=0, help="GPUs of each job")
+    gpus_per_run: int | None = option(
+        None, metavar="N", minimum=0,
+        help="GPUs of each job; default: 1 with --launcher processes on a machine with GPUs "
+             "(as many runs at once as GPUs), else 0")
     nproc_per_run: int = option(
         1, metavar="N", minimum=1,
         help="processes per run, started through torchrun inside its job",

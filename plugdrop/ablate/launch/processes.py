@@ -1,9 +1,11 @@
 """``--launcher processes``: every run in a process of its own on this machine, several at once.
 
 For a workstation with several GPUs (or CPUs to spare) and no Slurm or Ray: no extra package.
-At most ``--max-parallel`` runs train at once (default: GPUs / ``--gpus-per-run`` when runs take
-GPUs, else CPUs / ``--cpus-per-run``); each process sees only its own GPUs
-(``CUDA_VISIBLE_DEVICES``) and uses ``--cpus-per-run`` torch threads. A process that dies
+Each run gets ``--gpus-per-run`` GPUs, by default one where this machine has GPUs (the visible
+ones: ``CUDA_VISIBLE_DEVICES``, else all) and none where it has none. At most
+``--max-parallel`` runs train at once (default: GPUs / GPUs per run when runs take GPUs, else
+CPUs / ``--cpus-per-run``); each process sees only its own GPUs (``CUDA_VISIBLE_DEVICES``) and
+uses ``--cpus-per-run`` torch threads. A process that dies
 (killed, out of memory) is started again by the driver (``--max-retries``) and resumes from its
 run's last checkpoint; Ctrl-C stops every process at its next step boundary, keeping the
 finished epochs. A run that is itself data-parallel (``--nproc-per-run N``) is started through
@@ -31,7 +33,7 @@ from .monitor import Monitor
 from .options import LaunchOptions
 from .protocol import Ending, Job, JobEnd, LaunchContext, View
 
-__all__ = ["ProcessesLauncher"]
+__all__ = ["ProcessesLauncher", "gpus_each", "gpus_notice"]
 
 #: seconds a process gets to stop at a step boundary after SIGTERM before it is killed
 GRACE_S = 30.0
@@ -41,10 +43,34 @@ def _visible_gpus() -> list[str]:
     """The GPUs this process may hand out: ``CUDA_VISIBLE_DEVICES`` if set, else all."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [g for g in visible.split(",") if g.strip()]
+        return [g.strip() for g in visible.split(",") if g.strip()]
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpus_each(options: LaunchOptions) -> tuple[int, list[str]]:
+    """The GPUs each run's process gets (``--gpus-per-run``; not given: 1 where this machine
+    has GPUs, else 0) and the GPUs this machine has for them."""
+    visible = _visible_gpus()
+    each = options.gpus_per_run
+    if each is None:
+        each = 1 if visible else 0
+    return each, visible
+
+
+def gpus_notice(options: LaunchOptions) -> str | None:
+    """The line saying that the runs got one GPU each by default (``None``: ``--gpus-per-run``
+    was given, or this machine has no GPU)."""
+    each, visible = gpus_each(options)
+    if options.gpus_per_run is not None or not each:
+        return None
+    n = len(visible)
+    at_once = min(n, options.max_parallel) if options.max_parallel else n
+    return (f"--launcher processes: each run gets one of this machine's {n} GPU"
+            f"{'s' if n > 1 else ''} ({at_once} run{'s' if at_once > 1 else ''} at once, "
+            f"each its own CUDA_VISIBLE_DEVICES); --gpus-per-run N sets another number "
+            f"(0: train on the CPU)")
 
 
 class _Process:
@@ -105,10 +131,11 @@ class ProcessesLauncher:
 
     def __init__(self, options: LaunchOptions) -> None:
         self.options = options
-        self.gpus = _visible_gpus() if options.gpus_per_run else []
-        if options.gpus_per_run > len(self.gpus):
+        self.each, visible = gpus_each(options)
+        self.gpus = visible if self.each else []
+        if self.each > len(self.gpus):
             have = f"{len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''}"
-            raise ConfigError(f"--gpus-per-run {options.gpus_per_run}: this machine has {have} "
+            raise ConfigError(f"--gpus-per-run {self.each}: this machine has {have} "
                               f"for the runs; lower --gpus-per-run (0 trains on the CPU)")
         self.free = list(self.gpus)
 
@@ -122,8 +149,8 @@ class ProcessesLauncher:
 
     def capacity(self) -> int:
         o = self.options
-        if o.gpus_per_run:
-            most = len(self.gpus) // o.gpus_per_run
+        if self.each:
+            most = len(self.gpus) // self.each
         else:
             most = max(1, (os.cpu_count() or 1) // max(1, o.cpus_per_run))
         return min(most, o.max_parallel) if o.max_parallel else most
@@ -135,7 +162,7 @@ class ProcessesLauncher:
         o = self.options
         jobs: list[Job] = []
         for rd in runs:
-            gpus, self.free = self.free[:o.gpus_per_run], self.free[o.gpus_per_run:]
+            gpus, self.free = self.free[:self.each], self.free[self.each:]
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus),
                        OMP_NUM_THREADS=str(o.cpus_per_run))
             log = self.out / ".processes" / f"{rd.id}.log"

@@ -108,7 +108,7 @@ class RayLauncher:
         self.cfg = ctx.cfg
         self.config_hash = ctx.cfg.hash()
         self.todo = len(todo)
-        self.remote = ray.remote(num_cpus=o.cpus_per_run, num_gpus=o.gpus_per_run,
+        self.remote = ray.remote(num_cpus=o.cpus_per_run, num_gpus=o.gpus_per_run or 0,
                                  max_retries=o.max_retries)(_task)
         return Monitor(ctx.out, todo)
 

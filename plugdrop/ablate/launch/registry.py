@@ -86,14 +86,21 @@ def make_launcher(name: str, options: O.LaunchOptions) -> Launcher:
 
 def gpus_for_jobs(cfg: AblationConfig, launcher: str, options: O.LaunchOptions) -> str | None:
     """The GPUs each job of ``launcher`` gets, against the config's device: a CUDA device with
-    none raises :class:`ConfigError` (:func:`~..config.check_gpus`); ``device: auto`` whose
-    processes leave this machine's GPUs idle gives the notice to print
+    none raises :class:`ConfigError` (:func:`~..config.check_gpus`); ``--launcher processes``
+    returns the line to print: that each run got one GPU by default, or, for ``device: auto``
+    with ``--gpus-per-run 0`` on a machine with GPUs, that they are left idle
     (:func:`~..config.gpus_left_idle`); else ``None``."""
     from ..config import check_gpus, gpus_left_idle
 
-    check_gpus(cfg, launcher, options.gpus_per_run)
     if launcher != "processes":
+        check_gpus(cfg, launcher, options.gpus_per_run or 0)
         return None
-    import torch
+    from .processes import gpus_each, gpus_notice
 
-    return gpus_left_idle(cfg, launcher, options.gpus_per_run, torch.cuda.device_count())
+    each, visible = gpus_each(options)
+    if each == 0 and str(cfg.device).startswith("cuda") and options.gpus_per_run is None:
+        raise ConfigError(f"{cfg.loc('device')}: device: {cfg.device}, but this machine has no "
+                          f"GPU for --launcher processes to give its runs (CUDA_VISIBLE_DEVICES "
+                          f"or the driver): use device: auto, or a machine with GPUs")
+    check_gpus(cfg, launcher, each)
+    return gpus_notice(options) or gpus_left_idle(cfg, launcher, each, len(visible))

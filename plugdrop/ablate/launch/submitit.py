@@ -198,7 +198,7 @@ class SubmititLauncher:
             ex = submitit.AutoExecutor(folder=private / "%j", cluster=cluster)
         params: dict[str, Any] = {
             "timeout_min": o.timeout_min, "nodes": 1, "tasks_per_node": 1,
-            "cpus_per_task": o.cpus_per_run, "gpus_per_node": o.gpus_per_run,
+            "cpus_per_task": o.cpus_per_run, "gpus_per_node": o.gpus_per_run or 0,
             "name": f"plugdrop-{out.name}"}
         if cluster == "slurm":
             params["slurm_signal_delay_s"] = o.signal_lead  # --signal=USR2@lead
