@@ -23,8 +23,10 @@ from typing import Any
 
 from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
+from . import receipts
 from .manifest import accepted_hashes, changed, sections_of, trains_of
 from ..runs import FAILED, FINISHED, INCOMPLETE, finite, number, read_records
+from ..runs import now as stamp
 from ..runs import run_id as _run_id
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
@@ -197,9 +199,6 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
                   judging_changes=[c for c in as_list(doc.get("judging_changes"))
                                    if isinstance(c, dict)])
     now = changed(as_dict(doc.get("config")), cfg)
-    if now:  # a report that judges otherwise than the folder's config
-        ab.judging_changes.append({"changed": now, "runs_ended": None,
-                                   "at": "this report (plugdrop report --decide-on / --set)"})
     accepted = (config_hash, *earlier) if config_hash is not None else None
     for i, e in enumerate(entries):
         if not (isinstance(e, dict) and isinstance(e.get("id"), str)
@@ -213,6 +212,10 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
         ab.runs.append(run)
         if run.variant not in ab.variants:
             ab.variants.append(run.variant)
+    if now:  # a report that judges otherwise than the folder's config: when, and what
+        ab.judging_changes.append({
+            "changed": now, "runs_ended": sum(r.status != INCOMPLETE for r in ab.runs),
+            "at": f"{stamp()}, by this report (plugdrop report --decide-on / --set)"})
     return ab
 
 
@@ -335,11 +338,12 @@ def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str]
     run.gradcam = gradcam if gradcam.is_file() else None
     if program and (run.path / "attached.json").exists():
         receipt, problem = _read_json(run.path / "attached.json")
-        if problem is None and isinstance(receipt, dict):
+        problem = problem or receipts.check(receipt, run.id, run.variant)
+        if problem is None:
             run.attached = receipt
         else:
-            warnings.append(f"{run.path / 'attached.json'}: {problem or 'not a JSON object'}; "
-                            f"what the run attached is not shown")
+            warnings.append(f"{run.path / 'attached.json'}: {problem}; what the run attached "
+                            f"is not shown")
     if ended:
         if problem is not None or not isinstance(done, dict):
             problems.append(f"done.json {problem or 'is not a JSON object'}")
