@@ -364,6 +364,10 @@ def test_a_rejudged_run_keeps_its_wall_time_and_the_header_counts_what_trains(
     err = capsys.readouterr().err
     assert "(did you mean 'score'?)" in err
     first = json.loads((run_dir(tmp_path / "out", "baseline__s0") / "failed.json").read_text())
+    # judged again by a report: its wall time shown, not "-"
+    assert main(["report", "out", "--no-plots", "--decide-on", "score", "--goal", "max"]) == 0
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert runs[0]["done"]["wall_time"] == first["seconds"] is not None
     (tmp_path / "cfg.yaml").write_text(make_config(fake()))
     assert ablate("--resume") == 0
     out = capsys.readouterr().out

@@ -370,7 +370,9 @@ def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str]
                     and finite(run.final(metric)):
                 # its program completed without the metric it was judged on then; judged on
                 # one it logged, it finished (a report with another decide_on)
-                run.done = {"value": run.final(metric), "rejudged": True}
+                seconds = failed.get("seconds")  # its training's, which judging keeps
+                run.done = {"value": run.final(metric), "rejudged": True,
+                            "wall_time": seconds if finite(number(seconds)) else None}
                 run.status = FINISHED
                 return
             lines = str(failed.get("error") or "").strip().splitlines()
