@@ -481,3 +481,32 @@ def test_run_log_refuses_an_integer_beyond_a_float(tmp_path, monkeypatch):
         run.log(step=1, score=10**400)
     run.log(step=1, score=10**300)  # within a float's range: kept as written
     assert json.loads((tmp_path / "metrics.jsonl").read_text())["score"] == 10**300
+
+
+def test_files_a_program_may_replace_by_a_named_pipe_are_never_waited_on(tmp_path):
+    """The contract's metrics file and the receipt sit where the program writes: a named pipe
+    in their place is said, in the run's line and in the report's warnings, not read."""
+    import os
+
+    import pytest
+
+    from plugdrop.ablate import config, runs
+    from plugdrop.ablate.programs.judge import Judge
+    from plugdrop.ablate.programs.protocol import RunFailed
+    from plugdrop.ablate.results import load_run
+
+    cfg = config.loads("program: [x]\ndecide_on: {metric: score, goal: max}\nmargin: 0.1\n"
+                       "variants: {b: [], v: [{layers: a, transform: Dropout, p: 0.1}]}\n",
+                       str(tmp_path / "c.yaml"))
+    rd = runs.RunDir(tmp_path / "out", "v", 0)
+    rd.path.mkdir(parents=True)
+    os.mkfifo(rd.metrics)
+    os.mkfifo(rd.path / "attached.json")
+    with pytest.raises(RunFailed, match=r"its metrics file \(PLUGDROP_METRICS, .*\) is a named "
+                                        r"pipe \(FIFO\), not a regular file"):
+        _within(5, Judge(cfg).judge, rd, 1, None, rd.path / "o", rd.path / "e")
+    said: list[str] = []
+    run = _within(5, load_run, tmp_path / "out", "v", 0, None, True, said)
+    assert run.attached is None and run.metrics == []
+    assert any("attached.json: is a named pipe (FIFO)" in w for w in said), said
+    assert any("metrics.jsonl: is a named pipe (FIFO)" in w for w in said), said

@@ -25,7 +25,7 @@ from .. import runs
 from ..config import AblationConfig, judging
 from ..config.locations import suggest
 from ..errors import one_line
-from ..results import receipts
+from ..results import not_regular, receipts
 from ..runs.records import POSITION, finite
 from . import contract, process
 from .protocol import RunFailed
@@ -157,6 +157,10 @@ class Judge:
                        f"{_exit_note(ending.code or 0)}{quoted}")
         metric = cfg.decide_on.name
         warnings: list[str] = []
+        odd = not_regular(rd.metrics)  # a named pipe the program made there: never waited on
+        if odd is not None:
+            raise fail(f"its metrics file (PLUGDROP_METRICS, {rd.metrics}) {odd}; append the "
+                       f"metric lines to it as a file")
         records = runs.read_records(rd.metrics, warnings)
         value, rec = runs.last_value(records, metric)
         if value is None:
@@ -258,7 +262,10 @@ def _judged_seconds(rd: runs.RunDir) -> float | None:
 
 
 def _read_receipt(rd: runs.RunDir) -> Any:
-    """``attached.json`` of the run, ``None`` when missing, a string when unreadable."""
+    """``attached.json`` of the run, ``None`` when missing, a string when unreadable (or not
+    a regular file: never waited on)."""
+    if (odd := not_regular(rd.path / "attached.json")) is not None:
+        return odd
     try:
         return json.loads((rd.path / "attached.json").read_text())
     except FileNotFoundError:

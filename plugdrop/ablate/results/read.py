@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from ..runs import now as stamp
 from ..runs import run_id as _run_id
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
-           "as_list", "load_ablation", "load_run", "number"]
+           "as_list", "load_ablation", "load_run", "not_regular", "number"]
 
 #: the format of ``ablation.json`` this version reads
 FORMAT = 1
@@ -132,8 +133,25 @@ class Ablation:
         return sum(r.status == status for r in self.runs)
 
 
+def not_regular(path: Path) -> str | None:
+    """Why ``path``, which a run's program may have put there, is not read: it is there but
+    not a regular file (a named pipe, whose read would wait for ever; a folder; a device);
+    ``None`` when it is one, or missing. Looked at without opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "not a regular file")
+    return f"is {kind}, not a regular file the program wrote"
+
+
 def _read_json(path: Path) -> tuple[Any, str | None]:
     """``(content, None)``, or ``(None, problem)`` with ``problem`` a few words."""
+    if (odd := not_regular(path)) is not None:
+        return None, odd
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -332,7 +350,11 @@ def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str]
     ended = done_path.exists()
     done, problem = _read_json(done_path) if ended else (None, None)
     sealed = _sealed(done) if program and problem is None else None
-    run.metrics = (read_records(run.path / "metrics.jsonl", warnings, sealed) if program
+    odd = not_regular(run.path / "metrics.jsonl")
+    if odd is not None:
+        warnings.append(f"{run.path / 'metrics.jsonl'}: {odd}; its records are left out")
+    run.metrics = ([] if odd is not None else
+                   read_records(run.path / "metrics.jsonl", warnings, sealed) if program
                    else _read_metrics(run.path / "metrics.jsonl", warnings))
     gradcam = run.path / "gradcam.png"
     run.gradcam = gradcam if gradcam.is_file() else None
