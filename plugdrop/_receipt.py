@@ -8,8 +8,8 @@ no effect from one that was never attached (a forgotten ``attach``, a model that
 that trains).
 
 The file is a JSON object: ``by`` (what attached: ``run.attach``, a callback, the bootstrap),
-``variant``, ``run`` (``PLUGDROP_RUN_ID``), ``attachments`` (per attachment: ``label``, ``layers``, ``calls``: hook runs,
-those of earlier attempts of the run included), ``steps`` (the schedules' optimizer steps),
+``variant``, ``run`` (``PLUGDROP_RUN_ID``), ``attachments`` (per attachment: ``label``,
+``layers``, ``calls``: hook runs, those of earlier attempts of the run included), ``steps`` (the schedules' optimizer steps),
 ``updated``; or ``error``: why nothing was attached (the bootstrap's factory was never called).
 """
 

@@ -22,6 +22,7 @@ The contract is language-agnostic: a program in any language reads the same vari
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 from collections.abc import Mapping
@@ -201,8 +202,9 @@ def _number(name: str, value: Any) -> int | float:
         try:
             float(value)
         except OverflowError:  # a reader takes every value as a float: 10**400 is none
-            raise PlugdropError(f"log({name}=...): an integer of {len(str(abs(value)))} "
-                                f"digits, beyond what a float holds (about 1.8e308); log "
+            digits = int(abs(value).bit_length() * math.log10(2)) + 1  # str() may refuse
+            raise PlugdropError(f"log({name}=...): an integer of {digits} digits, beyond "
+                                f"what a float holds (about 1.8e308); log "
                                 f"it as a float (float('inf') if it is unbounded)") from None
     return value
 

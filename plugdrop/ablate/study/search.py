@@ -170,7 +170,8 @@ class Search(Strategy):
             what = (f"the first {index + 1} candidates" if not ran else
                     f"{in_a_row} candidates in a row")
             raise ConfigError(f"{self.sc.spec.at('space')}: search.space: {what} cannot run, "
-                              f"so no further one is proposed; the last: {error}; change "
+                              f"so no further one is proposed; the last: "
+                              f"{error.rstrip('. ')}; change "
                               f"the space so that its candidates can run (a selector must "
                               f"match layers of the model), then plugdrop search "
                               f"{self.sc.base.source} --out {self.out} "
