@@ -510,3 +510,17 @@ def test_files_a_program_may_replace_by_a_named_pipe_are_never_waited_on(tmp_pat
     assert run.attached is None and run.metrics == []
     assert any("attached.json: is a named pipe (FIFO)" in w for w in said), said
     assert any("metrics.jsonl: is a named pipe (FIFO)" in w for w in said), said
+
+
+def test_a_pattern_slow_on_every_line_is_stopped_over_the_whole_read(monkeypatch):
+    import pytest
+
+    from plugdrop.ablate.programs import sources
+
+    monkeypatch.setattr(sources, "ALL_LINES_S", 0.0)  # as if each line took almost LINE_S
+    with pytest.raises(sources.SourceError, match=r"took more than 0s to match 63 lines, up "
+                                                  r"to line 63, and was stopped"):
+        sources.stdout_records([f"score {i}" for i in range(200)], r"score (?P<score>\d+)")
+    monkeypatch.setattr(sources, "ALL_LINES_S", 20.0)
+    assert len(sources.stdout_records([f"score {i}" for i in range(200)],
+                                      r"score (?P<score>\d+)")) == 200

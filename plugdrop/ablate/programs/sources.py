@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ MOST_BYTES = 64 * 2**20
 #: the most seconds a ``stdout:`` pattern may take on one printed line (a pattern that
 #: backtracks catastrophically is stopped there, not left to run for ever)
 LINE_S = 0.5
+#: the most seconds a ``stdout:`` pattern may take over all the lines of one read (a pattern
+#: slow on every line, just under :data:`LINE_S` each, stops there too)
+ALL_LINES_S = 20.0
 #: what the kinds of files that are not regular files are called
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -208,7 +212,13 @@ def stdout_records(lines: Iterable[str], pattern: str | re.Pattern[str] | Any,
         pattern = bounded(pattern)
     out = []
     n = 0
+    until = time.monotonic() + ALL_LINES_S
     for i, line in enumerate(lines, 1):
+        if i % 64 == 0 and time.monotonic() > until:
+            raise SourceError(
+                f"its pattern {pattern.pattern!r} took more than {ALL_LINES_S:g}s to match "
+                f"{i - 1:,} lines, up to {where(i - 1)}, and was stopped: a pattern that "
+                f"backtracks on every line; anchor it (^...$) and make it specific")
         try:
             m = pattern.search(line, timeout=LINE_S)
         except TimeoutError:
