@@ -5,7 +5,8 @@ run here when it ends, the report reads the whole folder: both see a run the sam
 
 from .manifest import accepted_hashes
 from .read import (FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, Run,
-                   as_dict, as_list, load_ablation, load_run, not_regular, number)
+                   as_dict, as_list, load_ablation, load_run, number)
+from .placed import not_regular
 from .values import Values, decision_values, run_value
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "Values",

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,13 +24,14 @@ from typing import Any
 from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
 from . import receipts
+from .placed import not_regular
 from .manifest import accepted_hashes, changed, sections_of, trains_of
 from ..runs import FAILED, FINISHED, INCOMPLETE, finite, number, read_records
 from ..runs import now as stamp
 from ..runs import run_id as _run_id
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
-           "as_list", "load_ablation", "load_run", "not_regular", "number"]
+           "as_list", "load_ablation", "load_run", "number"]
 
 #: the format of ``ablation.json`` this version reads
 FORMAT = 1
@@ -131,21 +131,6 @@ class Ablation:
     def count(self, status: str) -> int:
         """How many runs have ``status``."""
         return sum(r.status == status for r in self.runs)
-
-
-def not_regular(path: Path) -> str | None:
-    """Why ``path``, which a run's program may have put there, is not read: it is there but
-    not a regular file (a named pipe, whose read would wait for ever; a folder; a device);
-    ``None`` when it is one, or missing. Looked at without opening it."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISREG(mode):
-        return None
-    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
-            else "not a regular file")
-    return f"is {kind}, not a regular file the program wrote"
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:
