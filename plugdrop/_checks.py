@@ -98,11 +98,17 @@ def block_size(value: object, spatial: int | None = None) -> tuple[int, ...] | i
 
 
 def tensor_or(name: str, value: object, check) -> float | torch.Tensor:
-    """A 0-dim tensor passes unchecked (reading it would synchronize); numbers are checked."""
+    """Numbers are checked, and so is a 0-dim tensor on the CPU (``torch.tensor(1.0)`` as
+    ``p`` is refused as ``1.0`` is); one on an accelerator, or met while compiling, passes
+    unchecked (reading it would synchronize, or break the graph)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
             raise SettingError(f"{name} must be a number or a 0-dim tensor, got shape "
                              f"{tuple(value.shape)}")
+        if value.device.type == "cpu" and not torch.compiler.is_compiling():
+            if value.dtype == torch.bool or value.is_complex():
+                raise TypeError(f"{name} must be a real number, got a {value.dtype} tensor")
+            check(name, float(value))  # on the host: reading it costs no synchronization
         return value
     return check(name, value)
 

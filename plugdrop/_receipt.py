@@ -1,13 +1,15 @@
 """The receipt of a run of ``plugdrop ablate`` whose program is this process: what it
 attached, written to ``attached.json`` in the run's folder (``PLUGDROP_RECEIPT``) when the
-variant is attached, again at :meth:`plugdrop.AblationRun.log` (at most every 5 s) and at
-exit, with the number of times each attachment's hooks ran. The ablation reads it to tell a variant that had
+variant is attached, after the optimizer steps 1, 2, 4, 8, ... of the process and at most
+every 5 s after any other step or :meth:`plugdrop.AblationRun.log`, and at exit, with the
+number of times each attachment's hooks ran (so a program that dies abruptly after a few
+steps leaves what happened). The ablation reads it to tell a variant that had
 no effect from one that was never attached (a forgotten ``attach``, a model that is not the one
 that trains).
 
 The file is a JSON object: ``by`` (what attached: ``run.attach``, a callback, the bootstrap),
-``variant``, ``attachments`` (per attachment: ``label``, ``layers``, ``calls``: hook runs,
-those of earlier attempts of the run included), ``steps`` (the schedules' optimizer steps),
+``variant``, ``run`` (``PLUGDROP_RUN_ID``), ``attachments`` (per attachment: ``label``,
+``layers``, ``calls``: hook runs, those of earlier attempts of the run included), ``steps`` (the schedules' optimizer steps),
 ``updated``; or ``error``: why nothing was attached (the bootstrap's factory was never called).
 """
 
@@ -29,6 +31,8 @@ _TRACKED: list[tuple[AttachmentGroup, str]] = []
 #: calls an earlier attempt of the run recorded, by label
 _BEFORE: dict[str, int] = {}
 _STATE = {"exit": False, "read": False}
+#: the optimizer steps of this process since the first attachment was tracked
+_STEPS = [0]
 #: when the receipt was last written (``time.monotonic``)
 _WRITTEN = [-float("inf")]
 
@@ -52,7 +56,8 @@ def _earlier(target: Path, variant: str) -> None:
         old = json.loads(target.read_text())
     except (OSError, ValueError):
         return
-    if isinstance(old, dict) and old.get("variant") == variant:
+    if isinstance(old, dict) and old.get("variant") == variant and old.get(
+            "run", os.environ.get("PLUGDROP_RUN_ID")) == os.environ.get("PLUGDROP_RUN_ID"):
         for a in old.get("attachments") or []:
             if isinstance(a, dict) and isinstance(a.get("label"), str) \
                     and isinstance(a.get("calls"), int):
@@ -70,7 +75,18 @@ def track(group: AttachmentGroup, by: str) -> None:
     if not _STATE["exit"]:
         _STATE["exit"] = True
         atexit.register(write)
+        from ._attach import after_optimizer_steps  # noqa: PLC0415 - torch only when used
+
+        after_optimizer_steps(_stepped)
     write()
+
+
+def _stepped() -> None:
+    """An optimizer step of the process: the receipt written at steps 1, 2, 4, 8, ...
+    (what the first steps did, kept however the program ends), else at most every
+    :data:`EVERY_S` seconds."""
+    n = _STEPS[0] = _STEPS[0] + 1
+    write(force=n & (n - 1) == 0)
 
 
 #: a receipt is written again at most this often (a program that logs each step), and at exit
@@ -80,11 +96,11 @@ EVERY_S = 5.0
 def write(force: bool = True) -> None:
     """Write the receipt of the tracked groups (with their hooks' counts so far); unless
     ``force``, only when the last one is :data:`EVERY_S` seconds old."""
+    now = time.monotonic()
+    if not force and now - _WRITTEN[0] < EVERY_S:  # first: what each optimizer step costs
+        return
     target = path()
     if target is None or not _TRACKED or not rank_zero():
-        return
-    now = time.monotonic()
-    if not force and now - _WRITTEN[0] < EVERY_S:
         return
     _WRITTEN[0] = now
     attachments = []
@@ -95,6 +111,7 @@ def write(force: bool = True) -> None:
                                 "calls": calls + _BEFORE.get(label, 0)})
     _write(target, {"by": ", ".join(dict.fromkeys(b for _, b in _TRACKED)),
                     "variant": os.environ.get("PLUGDROP_VARIANT"),
+                    "run": os.environ.get("PLUGDROP_RUN_ID"),
                     "attachments": attachments,
                     "steps": max(g.step_count for g, _ in _TRACKED),
                     "pid": os.getpid(), "updated": time.time()})
@@ -106,7 +123,8 @@ def unattached(why: str, by: str) -> None:
     target = path()
     if target is None or _TRACKED or not rank_zero():
         return
-    _write(target, {"by": by, "variant": os.environ.get("PLUGDROP_VARIANT"), "error": why,
+    _write(target, {"by": by, "variant": os.environ.get("PLUGDROP_VARIANT"),
+                    "run": os.environ.get("PLUGDROP_RUN_ID"), "error": why,
                     "pid": os.getpid(), "updated": time.time()})
 
 

@@ -22,6 +22,7 @@ The contract is language-agnostic: a program in any language reads the same vari
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 from collections.abc import Mapping
@@ -147,12 +148,13 @@ class AblationRun:
             step: the optimizer step it follows (a whole number >= 0); at least one of the
                 two is given.
             **metrics: name -> number (a Python, NumPy or 0-dim torch number; NaN and
-                infinities are written as ``NaN``, ``Infinity``).
+                infinities are written as ``NaN``, ``Infinity``; an integer beyond a float's
+                range is refused).
 
         Raises:
             TypeError: a metric that is not a number, or neither ``epoch`` nor ``step``.
-            PlugdropError: a negative ``epoch`` or ``step``, or a metric without a name
-                (``**{"": 0.5}``).
+            PlugdropError: a negative ``epoch`` or ``step``, a metric without a name
+                (``**{"": 0.5}``), or an integer beyond a float's range (``10**400``).
         """
         if not _receipt.rank_zero():
             return
@@ -196,6 +198,14 @@ def _number(name: str, value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"log({name}=...) takes a number, got {type(value).__name__} "
                         f"{value!r}")
+    if isinstance(value, int):
+        try:
+            float(value)
+        except OverflowError:  # a reader takes every value as a float: 10**400 is none
+            digits = int(abs(value).bit_length() * math.log10(2)) + 1  # str() may refuse
+            raise PlugdropError(f"log({name}=...): an integer of {digits} digits, beyond "
+                                f"what a float holds (about 1.8e308); log "
+                                f"it as a float (float('inf') if it is unbounded)") from None
     return value
 
 

@@ -7,6 +7,7 @@
 - :mod:`.summary`     ``summary``
 - :mod:`.observing`   ``observe`` (for :mod:`plugdrop.observe`)
 - :mod:`.handle`      ``Handle``, ``MixupHandle``, ``mixed_loss``
+- :mod:`.steps`       ``after_optimizer_steps`` (the receipt's record of a training's steps)
 - :mod:`.observer`    the observer protocol
 - :mod:`._hooks`      the forward hook and pre-hook objects, activation-gradient hooks
 - :mod:`._params`     ``where="params"``: parameter gradient hooks, FSDP2 shards
@@ -28,9 +29,10 @@ from .handle import Handle, MixupHandle, NeverFiredWarning, mixed_loss
 from .observer import Observer
 from .observing import ObserverHandle, forward_transforms, observe
 from .selecting import known_residual_branches, residual_branches, select
+from .steps import after_optimizer_steps
 from .summary import Summary, SummaryRow, summary
 
 __all__ = ["attach", "detach", "handles", "is_attached", "select", "summary", "observe",
            "forward_transforms", "describe", "residual_branches", "known_residual_branches",
            "NotResidualWarning", "Handle", "MixupHandle", "NeverFiredWarning", "mixed_loss",
-           "ObserverHandle", "Observer", "Summary", "SummaryRow"]
+           "ObserverHandle", "Observer", "Summary", "SummaryRow", "after_optimizer_steps"]

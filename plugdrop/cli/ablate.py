@@ -38,7 +38,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--settings", action="store_true",
                    help="print the reference of every setting (defaults, flags) and exit")
     for name, s in config.settings().items():
-        if s.flag is not None:
+        if s.flag is not None and s.subflags:  # seeds: a list here, its mapping by subflags
+            subs = " ".join(f"{config.flag_name(f'{name}_{sub}')} N" for sub in s.subflags)
+            p.add_argument(config.flag_name(name), type=_listed(s.flag, subs), nargs="+",
+                           help=f"the {name} of a fixed design, each a separate argument "
+                                f"({config.flag_name(name)} 0 1 2); an adaptive design's: "
+                                f"{subs} (config key: {name}; in the config or --set "
+                                f"'{name}={{min: 3, max: 12}}' it also takes the mapping)")
+        elif s.flag is not None:
             p.add_argument(config.flag_name(name), type=s.flag, nargs="+" if s.many else None,
                            help=f"{_plain(s.help)} (config key: {name})")
         for sub in s.subflags:
@@ -49,6 +56,22 @@ def add_parser(sub: Any) -> None:
                         "--set variants.dropblock.0.p=0.2 (repeatable)")
     add_launcher_arguments(p, with_shard=True)
     p.set_defaults(func=run)
+
+
+def _listed(kind: Any, subs: str) -> Any:
+    """The type of one item of a flag that takes a list (``--seeds 0 1 2``), whose mapping is
+    given by its subflags: a mapping given here is refused saying so."""
+
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a ' + kind.__name__}: "
+                f"give the items as separate arguments, or an adaptive design as {subs}") \
+                from None
+
+    return convert
 
 
 def _plain(text: str) -> str:

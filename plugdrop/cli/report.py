@@ -19,8 +19,9 @@ def add_parser(sub: Any) -> None:
                         "program's own")
     p.add_argument("--goal", choices=("max", "min"), help="the goal of --decide-on's metric")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="another value of a setting that only judges (margin, alpha, "
-                        "spending, passing, metrics_from), as plugdrop ablate --set takes it")
+                   help="another value of a setting that only judges (margin, alpha; "
+                        "spending, passing of an adaptive design), as plugdrop ablate --set "
+                        "takes it; metrics_from is read again by plugdrop ablate --resume")
     p.set_defaults(func=run)
 
 
@@ -34,6 +35,21 @@ def _judging(args: argparse.Namespace) -> list[str]:
     elif args.goal is not None:
         items.append(f"decide_on.goal={args.goal}")
     return items
+
+
+def _own_metric(out: Path, stored: Any, metric: str) -> None:
+    """``--decide-on M`` without ``--goal`` that plugdrop does not know: refused as a metric
+    no run logged, or for want of its goal."""
+    from ..ablate.errors import ConfigError
+    from ..ablate.report.judging import logged_metrics, unlogged
+
+    logged = logged_metrics(out, stored)
+    if logged and metric not in logged:
+        raise unlogged(metric, out, logged)
+    if metric in logged:
+        raise ConfigError(f"--decide-on {metric}: a metric of the program's own needs its "
+                          f"goal: add --goal max (higher is better) or --goal min; nothing "
+                          f"was written")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,9 +66,19 @@ def run(args: argparse.Namespace) -> int:
         items = _judging(args)
         if items:
             from ..ablate import config
+            from ..ablate.report.judging import check_rejudging
 
             stored, _ = config.load_settings(out)
-            cfg = config.rejudged(stored, config.parse_overrides(items), "plugdrop report")
+            overrides = config.parse_overrides(items)
+            try:
+                cfg = config.rejudged(stored, overrides, "--set" if args.overrides else
+                                      "--decide-on")
+            except ConfigError:
+                if args.decide_on is None or args.goal is not None:
+                    raise
+                _own_metric(out, stored, args.decide_on)
+                raise
+            check_rejudging(out, cfg, {str(o.path).split(".")[0] for o in overrides})
         rep = write_report(out, plots=not args.no_plots, cfg=cfg)
     except ConfigError as e:
         print(f"plugdrop report: {e}", file=sys.stderr)

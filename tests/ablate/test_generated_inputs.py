@@ -4,7 +4,10 @@ grammar of the settings (an ablation's and a search's), lines of a program's met
 ``plugdrop plan`` arguments, mutates them, and the tests assert the promise on each. Examples
 per run (derandomized, so CI sees the same ones; ``PLUGDROP_GENERATED=N`` tries N times as many,
 drawn afresh): 300 configs through the loader, 60 through
-``plugdrop ablate`` with a program that runs (about 40% of them train), 300 metrics files, 30 ``plan`` command lines."""
+``plugdrop ablate`` with a program that runs (about 40% of them train), 300 metrics files, 30 ``plan`` command lines;
+and the newest surfaces: 150 receipts, 200 ``attach_to`` values, 120 metrics sources of each
+kind (CSV, JSON, printed lines, TensorBoard, a missing path, a folder, a named pipe), 30
+``plugdrop report`` judging arguments."""
 
 from __future__ import annotations
 
@@ -306,3 +309,195 @@ def test_generated_plan_arguments_plan_or_are_one_line(pairs, capsys):
 def test_the_progress_line_shows_any_number(big, capsys):
     Progress(1, enabled=True, tty=False).logged({"step": 1, "score": big})
     assert "step 1" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the newest surfaces (58)
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=12)
+attachment_receipts = st.fixed_dictionaries({}, optional={
+    "label": st.one_of(st.sampled_from(["Dropout@a", "x"]), json_values),
+    "layers": st.one_of(st.lists(st.sampled_from(["a", "b.0"]), max_size=2), json_values),
+    "calls": st.one_of(st.integers(-3, 10**20), st.sampled_from([math.nan, math.inf, 2.5, 3.0,
+                                                                 -0.0, 1e400]), json_values)})
+receipt_docs = st.one_of(json_values, st.fixed_dictionaries({}, optional={
+    "variant": st.one_of(st.sampled_from(["v", "w"]), json_values),
+    "run": st.one_of(st.sampled_from(["v__s0", "v__s1"]), json_values),
+    "error": st.one_of(st.text(max_size=8), json_values),
+    "attachments": st.one_of(st.lists(attachment_receipts, max_size=3), json_values),
+    "steps": json_values}))
+
+
+@examples(150)
+@given(doc=receipt_docs)
+def test_a_generated_receipt_is_judged_in_one_line_or_trusted(doc):
+    """Whatever a program writes as its receipt (read back through JSON: NaN, 1e400 as
+    infinity, negative or fractional counts, another run's), the judge says one line or
+    trusts it, and a trusted receipt's counts are whole numbers >= 0."""
+    from plugdrop.ablate.programs.judge import receipt_problem
+    from plugdrop.ablate.results import receipts
+
+    doc = json.loads(json.dumps(doc))  # as the file reads back
+    why = receipts.check(doc, "v__s0", "v")
+    if why is None:
+        if "error" not in doc:
+            assert receipts.calls(doc) >= 0
+    else:
+        _one_line(why)
+    line = receipt_problem(doc, "v", "v__s0")
+    if line is not None:
+        _one_line(line)
+    else:
+        assert why is None and receipts.calls(doc) > 0
+
+
+attach_to_values = st.one_of(
+    st.sampled_from(["timm.create_model", "Net", "__main__.Net", "mypkg.models.Net", "torch",
+                     "torch.nn.Module.to", "a..b", ".x", "x.", "1abc.d", "é.f", "", " "]),
+    st.lists(st.sampled_from(["timm.create_model", "Net", "x!"]), max_size=3),
+    st.fixed_dictionaries({}, optional={
+        "factory": st.one_of(st.sampled_from(["timm.create_model", "Net", "x y"]), json_values),
+        "steps": st.one_of(st.integers(-2, 10**20), json_values),
+        "stpes": json_values}),
+    json_values)
+
+
+@examples(200)
+@given(value=attach_to_values, program=st.sampled_from([["python", "train.py"],
+                                                       ["bash", "train.sh"], ["train.py"]]))
+def test_a_generated_attach_to_loads_or_is_one_line(value, program):
+    """Any ``attach_to`` value (names of functions, classes, methods, malformed ones, the
+    mapping with its steps) beside a program: the config loads or says one line."""
+    doc = {"program": program, "decide_on": {"metric": "score", "goal": "max"},
+           "margin": 0.1, "attach_to": value,
+           "variants": {"baseline": [], "a": [{"layers": "x", "transform": "Dropout",
+                                               "p": 0.1}]}}
+    try:
+        config.loads(json.dumps(doc, allow_nan=False), "c.yaml")
+    except ConfigError as e:
+        _one_line(str(e))
+    except ValueError:  # a value JSON cannot write (NaN): not a config a user can write
+        pass
+
+
+cells = st.one_of(st.sampled_from(["", "0.5", "nan", "inf", "1e400", "-1", "3", "x", '"',
+                                   "\x00", "é", "a" * 200_000]), st.text(max_size=6))
+csv_texts = st.lists(st.lists(cells, min_size=1, max_size=4), max_size=5).map(
+    lambda rows: "\n".join(",".join(r) for r in [["epoch", "score", "loss"], *rows]) + "\n")
+json_texts = st.one_of(st.lists(records, max_size=4).map(
+    lambda recs: json.dumps(recs, default=str)),
+    st.lists(records, max_size=4).map(
+        lambda recs: "\n".join(json.dumps(r, default=str) for r in recs)),
+    st.dictionaries(st.sampled_from(["log_history", "x"]), st.lists(records, max_size=3),
+                    max_size=2).map(lambda d: json.dumps(d, default=str)),
+    st.text(max_size=30))
+printed = st.lists(st.one_of(st.sampled_from(["epoch 1: score 0.5", "score=nan", "step 3 score 1e400",
+                                              "epoch -1: score 2", "a" * 30]),
+                             st.text(max_size=20)), max_size=6)
+patterns = st.sampled_from([r"epoch (?P<epoch>\d+): score (?P<score>\S+)",
+                            r"score[ =](?P<score>[^ ]+)", r"step (?P<step>-?\d+) score (?P<score>\S+)",
+                            r"(?P<score>\d*)(?P<epoch>\d*)"])
+
+
+@examples(120)
+@given(kind=st.sampled_from(["csv", "json", "stdout", "tensorboard", "missing", "folder",
+                             "pipe"]), csv_text=csv_texts, json_text=json_texts,
+       lines=printed, pattern=patterns, raw=st.binary(max_size=64))
+def test_a_generated_metrics_source_reads_as_records_or_one_line(
+        tmp_path_factory, kind, csv_text, json_text, lines, pattern, raw):
+    """A source of each kind with any content (a CSV with huge or odd cells, JSON of any
+    shape, printed lines under a pattern, event files that are not, a path that is missing,
+    a folder or a named pipe): records with whole positions, or one line that names this
+    run's path; it never blocks or raises."""
+    from plugdrop.ablate.config import MetricsFrom
+    from plugdrop.ablate.programs.sources import Source
+
+    home = tmp_path_factory.mktemp("src")
+    logs = home / "logs"
+    logs.mkdir()
+    path = home / "metrics"
+    if kind == "csv":
+        path.write_text(csv_text)
+    elif kind == "json":
+        path.write_text(json_text)
+    elif kind == "stdout":
+        (logs / "attempt-1.stdout").write_text("\n".join(lines) + "\n")
+        path = None
+    elif kind == "tensorboard":
+        path.mkdir()
+        (path / "events.out.tfevents.1.x").write_bytes(raw)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "pipe":
+        os.mkfifo(path)
+    source_kind = {"missing": "csv", "folder": "json", "pipe": "csv"}.get(kind, kind)
+    if source_kind == "tensorboard":
+        pytest.importorskip("tensorboard")
+    where = pattern if source_kind == "stdout" else "{run_dir}/metrics"
+    got, problem = Source(MetricsFrom(source_kind, where), path, logs).read()
+    for rec in got:
+        assert position(rec) is not None
+    if problem is not None:
+        _one_line(problem)
+        assert got == [] and "{run_dir}" not in problem
+        if path is not None:
+            assert str(path) in problem
+
+
+report_items = st.lists(st.one_of(
+    st.tuples(st.just("--decide-on"), st.sampled_from(["score", "loss", "scor", "val_acc",
+                                                       "test_accc", "", "x y"])),
+    st.tuples(st.just("--goal"), st.sampled_from(["max", "min"])),
+    st.tuples(st.just("--set"), st.sampled_from([
+        "margin=0.01", "margin=-1", "margin=nan", "alpha=0.1", "alpha=2", "spending=pocock",
+        "passing=holm", "metrics_from={csv: x.csv}", "metrics_from=null", "epochs=3",
+        "seeds=[0, 1]", "decide_on={metric: loss, goal: min}", "decide_on.goal=min",
+        "margin", "=1", "typo=1"]))), max_size=3)
+
+
+@pytest.fixture(scope="module")
+def judged_folder(tmp_path_factory):
+    """An ablation of the fake program (3 runs, finished), to report under generated
+    arguments."""
+    from _programs import PROGRAMS, fake
+    from _programs import config as make_config
+
+    home = tmp_path_factory.mktemp("judged")
+    for f in PROGRAMS.iterdir():
+        if f.is_file():
+            (home / f.name).write_bytes(f.read_bytes())
+    (home / "cfg.yaml").write_text(make_config(fake()))
+    cwd = os.getcwd()
+    os.chdir(home)
+    try:
+        assert main(["ablate", "cfg.yaml", "--out", "out"]) == 0
+    finally:
+        os.chdir(cwd)
+    return home / "out"
+
+
+@examples(30)
+@given(pairs=report_items)
+def test_generated_report_arguments_report_or_refuse_in_one_line(pairs, judged_folder, capsys):
+    """``plugdrop report`` under any judging arguments: it reports (exit 0), or refuses in
+    one line (exit 2) and leaves every file of the folder as it was."""
+    def stamps() -> dict:
+        return {p.name: p.stat().st_mtime_ns for p in judged_folder.iterdir() if p.is_file()}
+
+    argv = ["report", str(judged_folder), "--no-plots"] + [x for pair in pairs for x in pair]
+    before = stamps()
+    capsys.readouterr()
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own usage line
+        rc = e.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert rc in (0, 2), (argv, rc, err)
+    if rc == 2:
+        _one_line(err.strip().splitlines()[-1])
+        assert stamps() == before, argv

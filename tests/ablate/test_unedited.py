@@ -225,7 +225,7 @@ def test_a_wrong_decide_on_costs_one_run_and_the_corrected_one_keeps_it(tmp_path
                                               "to": {"metric": "eval_top1", "goal": "max"}}
     first = json.loads((out / "decisions.jsonl").read_text().splitlines()[0])
     assert first["judging_changed"]["runs_ended"] == 1
-    assert "the judging changed after 1 runs had ended" in (out / "report.html").read_text()
+    assert "the judging changed after 1 run had ended" in (out / "report.html").read_text()
     # the report judges on another metric without training
     assert main(["report", "out", "--no-plots", "--decide-on", "train_loss", "--goal", "min",
                  "--set", "margin=0.01"]) == 0

@@ -24,6 +24,7 @@ Every split is the same for every seed and variant, so runs compare on equal ter
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,9 +87,26 @@ class DataSets:
         return len(self.classes)
 
 
+def held_out(n: int, val_fraction: float, where: str) -> int:
+    """How many of ``n`` images ``val_fraction`` holds out for validation.
+
+    Raises:
+        ConfigError: it rounds to none (a validation set of one image, made up without a
+            word, would decide nothing), naming the least val_fraction that holds one.
+    """
+    n_val = int(round(n * val_fraction))
+    if n_val < 1:
+        least = math.ceil(100 / max(n, 1)) / 100  # two decimals, holding at least one image
+        raise ConfigError(f"data: {where} has {n:,} images, of which val_fraction "
+                          f"{val_fraction:g} holds out {n * val_fraction:.2g}: none would "
+                          f"validate; give val_fraction >= {least:g} (a validation set of a "
+                          f"few hundred images tells variants apart, one image does not)")
+    return n_val
+
+
 def _split_indices(n: int, val_fraction: float, where: str) -> tuple[list[int], list[int]]:
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED)).tolist()
-    n_val = max(1, int(round(n * val_fraction)))
+    n_val = held_out(n, val_fraction, where)
     if n_val >= n:
         raise ConfigError(f"data: {where} has {n} images, too few to hold out val_fraction "
                           f"{val_fraction} and keep a training set; add images or lower "
@@ -126,7 +144,7 @@ def _digits(image_size: int, val_fraction: float, augment: dict[str, Any] | None
     y = torch.tensor(target, dtype=torch.int64)
     g = torch.Generator().manual_seed(SPLIT_SEED)
     perm = torch.randperm(len(x), generator=g)
-    n_val = max(1, int(round(len(x) * val_fraction)))
+    n_val = held_out(len(x), val_fraction, "digits")
     xt, yt, xv, yv = x[perm[n_val:]], y[perm[n_val:]], x[perm[:n_val]], y[perm[:n_val]]
     mean = xt.mean(dim=(0, 2, 3), keepdim=True)
     std = xt.std(dim=(0, 2, 3), keepdim=True).clamp(min=1e-6)

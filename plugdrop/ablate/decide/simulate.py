@@ -277,12 +277,17 @@ def seeds_needed(effect: float, level: float, power: float = 0.8, limit: int = 1
     def reached(n: int) -> bool:
         c, nc = float(special.stdtrit(n - 1, 1.0 - level / 2.0)), d * math.sqrt(n)
         wrong_way = float(np.nan_to_num(stats.nct.cdf(-c, n - 1, nc)))  # nan: underflow
-        return float(stats.nct.sf(c, n - 1, nc)) + wrong_way >= power
+        right_way = float(stats.nct.sf(c, n - 1, nc))
+        if math.isnan(right_way):  # a noncentrality beyond scipy's reach (an effect of 1e300)
+            right_way = 1.0 if nc > c else 0.0
+        return right_way + wrong_way >= power
 
     # bracket the count around the normal approximation (a few evaluations), then bisect:
     # not reached(lo) (one seed tests nothing), reached(hi)
     z = float(special.ndtri(1.0 - level / 2.0) + special.ndtri(power))
-    guess = int(min(max(2.0, math.ceil((z / d) ** 2) + 1.0), limit))
+    ratio = z / d  # an effect of 1e-300 sd: beyond any limit ((z / d) ** 2 overflows)
+    guess = limit if ratio >= math.sqrt(limit) else int(min(max(2.0, math.ceil(ratio ** 2)
+                                                                + 1.0), limit))
     lo, hi, step = 1, guess, 1
     if reached(hi):
         while hi - step > 1 and reached(hi - step):

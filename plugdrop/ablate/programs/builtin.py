@@ -180,6 +180,9 @@ class BuiltinProgram:
             cfg = self.cfg
             self.data = agree(d, lambda: _same_data(out, load_data(cfg)))
 
+    def rejudges(self, rd: runs.RunDir) -> bool:
+        return False  # a run of plugdrop's trainer is judged as it ends, trained when asked
+
     def begin(self, rd: runs.RunDir, launcher: str) -> runs.Recovery:
         recovery = rd.recover()
         rd.record_attempt(recovery.epoch + 1, launcher, recovery.step)

@@ -175,6 +175,9 @@ class ExternalProgram:
             path = Path(self.cfg.cwd or ".", spec.path(**self._values(rd)))
         return Source(spec, path, rd.path / "logs")
 
+    def rejudges(self, rd: runs.RunDir) -> bool:
+        return judged_before(rd, self.judge) == "rejudge"
+
     def begin(self, rd: runs.RunDir, launcher: str) -> Start:
         after_judging = judged_before(rd, self.judge)
         if after_judging == "rejudge":  # trained, judged otherwise now: judge it again
@@ -217,9 +220,9 @@ class ExternalProgram:
         paths = self._paths(rd)
         logs = rd.path / "logs"
         if start.rejudge:
-            self._collect(rd)
+            said = self._collect(rd)
             self.judge.judge(rd, start.attempt, None, logs / f"attempt-{start.attempt}.stdout",
-                             logs / f"attempt-{start.attempt}.stderr")
+                             logs / f"attempt-{start.attempt}.stderr", said)
             return
         runs.atomic_write_bytes(paths.spec, contract.spec_text(cfg.variant(rd.variant)),
                                 f"the spec file of run {rd.id}")  # afresh, whatever was there
@@ -241,22 +244,24 @@ class ExternalProgram:
         ending = process.watch(proc, stop, cfg.run_timeout.seconds if cfg.run_timeout else None,
                                follower)
         follower(final=True)
-        self._collect(rd)
+        said = self._collect(rd)
         if ending.passed is not None:  # a stop: it runs again later, resuming
             raise Stopped(ending.passed)
-        self.judge.judge(rd, start.attempt, ending, out_log, err_log)
+        self.judge.judge(rd, start.attempt, ending, out_log, err_log, said)
 
-    def _collect(self, rd: runs.RunDir) -> None:
+    def _collect(self, rd: runs.RunDir) -> str | None:
         """Copy the records of ``metrics_from`` into the run's ``metrics.jsonl`` (what the
-        judge and the report read); nothing without it."""
+        judge and the report read); nothing without it. Returns why the source gave no
+        record (its cause, with this run's path), or ``None``."""
         source = self.source(rd)
         if source is None:
-            return
+            return None
         records, problem = source.read()
-        if problem is not None and not records:
-            return  # the judge names the source when it holds no value of the metric
+        if not records:
+            return problem or f"{source} holds no record"  # the judge names it
         data = "".join(json.dumps(r) + "\n" for r in records).encode()
         runs.atomic_write_bytes(rd.metrics, data, f"the metrics of run {rd.id}")
+        return None
 
     def _start(self, rd: runs.RunDir, argv: list[str], env: dict[str, str], out_log: Path,
                err_log: Path, lock: runs.RunLock) -> Any:

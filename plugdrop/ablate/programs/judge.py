@@ -23,7 +23,9 @@ from typing import Any
 
 from .. import runs
 from ..config import AblationConfig, judging
+from ..config.locations import suggest
 from ..errors import one_line
+from ..results import not_regular, receipts
 from ..runs.records import POSITION, finite
 from . import contract, process
 from .protocol import RunFailed
@@ -85,26 +87,30 @@ def _exit_note(code: int) -> str:
     return ""
 
 
-def receipt_problem(receipt: Any, variant: str) -> str | None:
+def receipt_problem(receipt: Any, variant: str, run_id: str | None = None) -> str | None:
     """Why the receipt of a run of ``variant`` (``attached.json`` as read, ``None`` when
-    missing) does not show the variant attached and running, or ``None``."""
+    missing; ``run_id``: the run's, which a receipt of this version names) does not show the
+    variant attached and running, or ``None``. The receipt is checked as metrics lines are
+    (:func:`~plugdrop.ablate.results.receipts.check`): one of another run, or with counts that
+    are not whole numbers >= 0, is said so."""
     if receipt is None:
         return (f"the program finished without attaching variant {variant!r} (no receipt, "
                 f"attached.json): call plugdrop.current_run().attach(model), use the "
                 f"callbacks, or set attach_to: (a model factory the script calls, such as "
                 f"timm.create_model); receipt: false when the program applies the spec by "
                 f"other means")
-    if not isinstance(receipt, dict):
-        return f"its receipt (attached.json) is not a JSON object: {json.dumps(receipt)[:80]}"
+    if isinstance(receipt, str):
+        return f"its receipt (attached.json) is {receipt}"
+    wrong = receipts.check(receipt, run_id, variant)
+    if wrong is not None or not isinstance(receipt, dict):
+        return f"its receipt (attached.json) is not to be trusted: {wrong}"
     if isinstance(receipt.get("error"), str):
         return f"variant {variant!r} was not attached: {receipt['error']}"
     items = receipt.get("attachments")
     if not isinstance(items, list) or not items:
         return (f"variant {variant!r} was not attached: its receipt (attached.json) lists no "
                 f"attachment")
-    calls = sum(int(a.get("calls", 0)) for a in items if isinstance(a, dict)
-                and isinstance(a.get("calls", 0), (int, float)))
-    if calls == 0:
+    if receipts.calls(receipt) == 0:
         said = ", ".join(f"{a.get('label')} on {len(a.get('layers') or [])} layers"
                          for a in items if isinstance(a, dict))
         return (f"variant {variant!r} was attached ({said}) but its hooks never ran in "
@@ -124,9 +130,11 @@ class Judge:
         self.cfg = cfg
 
     def judge(self, rd: runs.RunDir, attempt: int, ending: process.Ending | None,
-              out_log: Path, err_log: Path) -> None:
+              out_log: Path, err_log: Path, source: str | None = None) -> None:
         """``done.json`` or :class:`RunFailed` (and ``failed.json``) for the attempt that
-        ended as ``ending`` (``None``: an attempt judged before, judged again)."""
+        ended as ``ending`` (``None``: an attempt judged before, judged again, which keeps
+        the wall time it was judged with); ``source``: why ``metrics_from`` gave no record
+        (its real cause, with the run's path), said when the metric is missing."""
         cfg = self.cfg
         stderr = process.tail(err_log, lines=200)
         cause = self.located(exception_of(stderr), rd.variant)
@@ -149,6 +157,10 @@ class Judge:
                        f"{_exit_note(ending.code or 0)}{quoted}")
         metric = cfg.decide_on.name
         warnings: list[str] = []
+        odd = not_regular(rd.metrics)  # a named pipe the program made there: never waited on
+        if odd is not None:
+            raise fail(f"its metrics file (PLUGDROP_METRICS, {rd.metrics}) {odd}; append the "
+                       f"metric lines to it as a file")
         records = runs.read_records(rd.metrics, warnings)
         value, rec = runs.last_value(records, metric)
         if value is None:
@@ -157,11 +169,11 @@ class Judge:
                 raise fail(f"the program logged {metric} as {json.dumps(text)[:60]}, not a "
                            f"number; log it as one ({metric}: 0.73, not \"0.73\")")
             names = runs.logged_names(records)
-            where = (str(cfg.metrics_from) if cfg.metrics_from is not None
-                     else f"its metrics file (PLUGDROP_METRICS, {rd.metrics})")
+            where = source or (f"its metrics file (PLUGDROP_METRICS, {rd.metrics}) holds no "
+                               f"record{': ' + warnings[0] if warnings else ''}")
+            close = suggest(metric, names)
             said = (f"; it logged {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
-                    if names else f"; {where} holds no record"
-                                  f"{': ' + warnings[0] if warnings else ''}")
+                    f"{close}" if names else f"; {where}")
             raise fail(f"the program exited with status 0 but logged no value of {metric} "
                        f"(decide_on){said}", "metric")
         if not finite(value):
@@ -170,11 +182,11 @@ class Judge:
             raise fail(f"the run diverged: the last {metric} it logged is {value}"
                        f"{f' ({where})' if where else ''}")
         if cfg.receipt and cfg.variant(rd.variant).attachments:
-            problem = receipt_problem(_read_receipt(rd), rd.variant)
+            problem = receipt_problem(_read_receipt(rd), rd.variant, rd.id)
             if problem is not None:
                 raise fail(problem, "receipt")
         done: dict[str, Any] = {
-            "wall_time": ending.seconds if ending is not None else None,
+            "wall_time": ending.seconds if ending is not None else _judged_seconds(rd),
             "finished": runs.now(), "attempt": attempt, "decide_on": metric, "value": value,
             "records": len(records), "metrics_bytes": _size(rd.metrics)}
         if rec is not None and rec is not records[-1]:  # later records hold no value of it
@@ -237,8 +249,23 @@ def _size(path: Path) -> int:
         return 0
 
 
+def _judged_seconds(rd: runs.RunDir) -> float | None:
+    """The wall time of the attempt whose judging alone failed (``failed.json``'s
+    ``seconds``): what a run judged again keeps."""
+    try:
+        failed = json.loads((rd.path / "failed.json").read_text())
+    except (OSError, ValueError):
+        return None
+    seconds = failed.get("seconds") if isinstance(failed, dict) else None
+    return float(seconds) if isinstance(seconds, (int, float)) and not isinstance(
+        seconds, bool) and finite(seconds) and seconds >= 0 else None
+
+
 def _read_receipt(rd: runs.RunDir) -> Any:
-    """``attached.json`` of the run, ``None`` when missing, a string when unreadable."""
+    """``attached.json`` of the run, ``None`` when missing, a string when unreadable (or not
+    a regular file: never waited on)."""
+    if (odd := not_regular(rd.path / "attached.json")) is not None:
+        return odd
     try:
         return json.loads((rd.path / "attached.json").read_text())
     except FileNotFoundError:

@@ -74,6 +74,11 @@ class Program(Protocol):
             ConfigError: a mistake met only here (data or program missing on this machine).
         """
 
+    def rejudges(self, rd: runs.RunDir) -> bool:
+        """Whether the run, asked for again, is only judged again, not trained (a program's
+        run whose judging alone failed, judged under other settings now): what the header
+        line does not count among the runs to train."""
+
     def begin(self, rd: runs.RunDir, launcher: str) -> Any:
         """On rank 0, holding the run's lock: choose where the run starts (a checkpoint, or
         whether it resumes at all) and record the attempt in ``attempts.jsonl``; returns that

@@ -24,17 +24,59 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import MetricsFrom
 from ..runs.records import POSITION, merge_records
 
-__all__ = ["Source", "csv_records", "json_records", "stdout_records", "tensorboard_records"]
+__all__ = ["LINE_S", "Source", "SourceError", "bounded", "csv_records", "json_records",
+           "open_regular", "stdout_records", "tensorboard_records"]
 
 #: a source file larger than this is read from its end only (the latest records)
 MOST_BYTES = 64 * 2**20
+#: the most seconds a ``stdout:`` pattern may take on one printed line (a pattern that
+#: backtracks catastrophically is stopped there, not left to run for ever)
+LINE_S = 0.5
+#: the most seconds a ``stdout:`` pattern may take over all the lines of one read (a pattern
+#: slow on every line, just under :data:`LINE_S` each, stops there too)
+ALL_LINES_S = 20.0
+#: what the kinds of files that are not regular files are called
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+class SourceError(Exception):
+    """Why a source holds no records it can give (its message: a few words, the path in
+    it)."""
+
+
+def open_regular(path: Path) -> io.BufferedReader:
+    """``path`` opened for reading without ever blocking: a named pipe, a device or a socket
+    is refused (what a program writes its metrics to is a regular file), as is a link that
+    dangles.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        SourceError: it is not a regular file.
+        OSError: it cannot be opened (permissions).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise SourceError(f"is {kind}, not a regular file: point metrics_from at the file "
+                              f"the program writes")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _number(text: Any) -> float | int | None:
@@ -87,13 +129,24 @@ def _record(values: Mapping[str, Any], n: int) -> dict[str, Any] | None:
 
 
 def csv_records(text: str) -> list[dict[str, Any]]:
-    """The records of a CSV text with a header row (one per row with a number)."""
+    """The records of a CSV text with a header row (one per row with a number); a cell of
+    any size is read (the text is at most :data:`MOST_BYTES`).
+
+    Raises:
+        SourceError: the text is no CSV the csv module reads (the row and its reason).
+    """
+    if csv.field_size_limit() < len(text) + 1:  # the csv module's default: 128 KiB a cell
+        csv.field_size_limit(min(sys.maxsize, max(len(text) + 1, MOST_BYTES)))
     rows = csv.DictReader(io.StringIO(text))
     out = []
-    for n, row in enumerate(rows, 1):
-        rec = _record({k.strip(): v for k, v in row.items() if isinstance(k, str)}, n)
-        if rec is not None:
-            out.append(rec)
+    try:
+        for n, row in enumerate(rows, 1):
+            rec = _record({k.strip(): v for k, v in row.items() if isinstance(k, str)}, n)
+            if rec is not None:
+                out.append(rec)
+    except csv.Error as e:
+        raise SourceError(f"is no CSV the csv module reads (line {rows.line_num}: {e})") \
+            from None
     return out
 
 
@@ -123,13 +176,57 @@ def json_records(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def stdout_records(lines: Iterable[str], pattern: re.Pattern[str]) -> list[dict[str, Any]]:
+def bounded(pattern: str | re.Pattern[str]) -> Any:
+    """``pattern`` compiled by the ``regex`` package (the syntax of :mod:`re`), whose matches
+    take a timeout: a pattern that backtracks catastrophically on a line is stopped after
+    :data:`LINE_S` seconds instead of running for ever.
+
+    Raises:
+        SourceError: the ``regex`` package is missing, or does not take the pattern.
+    """
+    try:
+        import regex  # noqa: PLC0415
+    except ImportError:
+        raise SourceError("reading printed lines needs the regex package, which bounds a "
+                          "pattern's time per line (pip install 'plugdrop[cli]', or pip "
+                          "install regex)") from None
+    text = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+    try:
+        return regex.compile(text)
+    except regex.error as e:
+        raise SourceError(f"its pattern {text!r} is not one the regex package takes "
+                          f"({e})") from None
+
+
+def stdout_records(lines: Iterable[str], pattern: str | re.Pattern[str] | Any,
+                   where: Callable[[int], str] = "line {}".format) -> list[dict[str, Any]]:
     """The records of the lines a program printed that ``pattern`` matches (its named groups:
-    the metrics, ``epoch`` and ``step``); the n-th match without a position is ``step`` n."""
+    the metrics, ``epoch`` and ``step``); the n-th match without a position is ``step`` n.
+    Each line is matched in at most :data:`LINE_S` seconds (:func:`bounded`).
+
+    Raises:
+        SourceError: the pattern ran longer than that on a line (``where`` of its number
+            says which), with why.
+    """
+    if isinstance(pattern, (str, re.Pattern)):
+        pattern = bounded(pattern)
     out = []
     n = 0
-    for line in lines:
-        m = pattern.search(line)
+    until = time.monotonic() + ALL_LINES_S
+    for i, line in enumerate(lines, 1):
+        if i % 64 == 0 and time.monotonic() > until:
+            raise SourceError(
+                f"its pattern {pattern.pattern!r} took more than {ALL_LINES_S:g}s to match "
+                f"{i - 1:,} lines, up to {where(i - 1)}, and was stopped: a pattern that "
+                f"backtracks on every line; anchor it (^...$) and make it specific")
+        try:
+            m = pattern.search(line, timeout=LINE_S)
+        except TimeoutError:
+            raise SourceError(
+                f"its pattern {pattern.pattern!r} ran longer than {LINE_S:g}s on {where(i)} "
+                f"({len(line):,} characters) and was stopped: a pattern that backtracks "
+                f"(a repeat inside a repeat, such as (a+)+ or (\\w+\\s?)*); anchor it and "
+                f"give each group one way to match") from None
         if m is None:
             continue
         n += 1
@@ -190,18 +287,29 @@ class Source:
 
     def __init__(self, spec: MetricsFrom, path: Path | None, logs: Path) -> None:
         self.spec, self.path, self.logs = spec, path, logs
-        self.pattern = re.compile(spec.where) if spec.kind == "stdout" else None
+        self.pattern: Any = None
+        self.refused: str | None = None  # a pattern the regex package does not take
+        if spec.kind == "stdout":
+            try:
+                self.pattern = bounded(spec.where)
+            except SourceError as e:
+                self.refused = str(e)
 
     def __str__(self) -> str:
         return f"metrics_from {self.spec.kind}: {self.path or self.spec.where}"
 
     def read(self) -> tuple[list[dict[str, Any]], str | None]:
         """``(records, problem)``: the records so far (merged by position), and why there are
-        none when the source is missing or unreadable (``None`` otherwise)."""
+        none when the source is missing, unreadable or not a regular file (``None``
+        otherwise): its real cause, with the path as this run's."""
         try:
             raw = self._raw()
-        except FileNotFoundError:
-            return [], f"{self} does not exist"
+        except FileNotFoundError as e:
+            missing = f" ({e.filename})" if e.filename and str(e.filename) != str(
+                self.path) else ""
+            return [], f"{self} does not exist{missing}"
+        except SourceError as e:
+            return [], f"{self} {e}"
         except (OSError, UnicodeDecodeError) as e:
             return [], f"{self} is unreadable ({getattr(e, 'strerror', None) or e})"
         except ImportError:
@@ -214,24 +322,43 @@ class Source:
     def _raw(self) -> list[dict[str, Any]]:
         kind = self.spec.kind
         if kind == "stdout":
-            assert self.pattern is not None
-            return stdout_records(self._stdout_lines(), self.pattern)
+            if self.refused is not None:
+                raise SourceError(self.refused)
+            lines, where = self._stdout_lines()
+            return stdout_records(lines, self.pattern, where)
         assert self.path is not None
         if kind == "tensorboard":
             if not self.path.is_dir():
+                if self.path.exists():
+                    raise SourceError("is not a folder (of TensorBoard event files)")
                 raise FileNotFoundError(self.path)
+            for root, _, files in os.walk(self.path):
+                for f in files:
+                    if "tfevents" in f and not stat.S_ISREG(os.stat(Path(root, f)).st_mode):
+                        raise SourceError(f"holds {Path(root, f)}, which is not a regular "
+                                          f"file")
             return tensorboard_records(self.path)
         text = _tail(self.path)
         return csv_records(text) if kind == "csv" else json_records(text)
 
-    def _stdout_lines(self) -> Iterable[str]:
-        """The lines of every attempt's output, in the order of the attempts."""
+    def _stdout_lines(self) -> tuple[list[str], Callable[[int], str]]:
+        """The lines of every attempt's output, in the order of the attempts, and what names
+        the place of the i-th (``line 3 of .../attempt-2.stdout``)."""
         files = sorted(self.logs.glob("attempt-*.stdout"),
                        key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
         if not files:
             raise FileNotFoundError(self.logs / "attempt-1.stdout")
+        lines: list[str] = []
+        starts: list[tuple[int, Path]] = []
         for f in files:
-            yield from _tail(f).splitlines()
+            starts.append((len(lines), f))
+            lines += _tail(f).splitlines()
+
+        def where(i: int) -> str:
+            start, f = next((s, f) for s, f in reversed(starts) if s < i)
+            return f"line {i - start} of {f}"
+
+        return lines, where
 
     def mtime(self) -> Sequence[float]:
         """When the source last changed (what a follower compares)."""
@@ -249,8 +376,8 @@ class Source:
 
 def _tail(path: Path) -> str:
     """The text of ``path``, at most its last :data:`MOST_BYTES` (from a line's start; a CSV's
-    header row kept)."""
-    with open(path, "rb") as f:
+    header row kept); a file that is not a regular one is refused (:func:`open_regular`)."""
+    with open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size <= MOST_BYTES:
             data = f.read()

@@ -6,8 +6,10 @@ run here when it ends, the report reads the whole folder: both see a run the sam
 from .manifest import accepted_hashes
 from .read import (FAILED, FINISHED, FORMAT, INCOMPLETE, Ablation, Run,
                    as_dict, as_list, load_ablation, load_run, number)
+from .placed import not_regular
 from .values import Values, decision_values, run_value
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "Values",
            "accepted_hashes", "as_dict",
-           "as_list", "decision_values", "load_ablation", "load_run", "number", "run_value"]
+           "as_list", "decision_values", "load_ablation", "load_run", "not_regular", "number",
+           "run_value"]

@@ -23,8 +23,11 @@ from typing import Any
 
 from ..config import AblationConfig, load_settings
 from ..errors import ConfigError
+from . import receipts
+from .placed import not_regular
 from .manifest import accepted_hashes, changed, sections_of, trains_of
 from ..runs import FAILED, FINISHED, INCOMPLETE, finite, number, read_records
+from ..runs import now as stamp
 from ..runs import run_id as _run_id
 
 __all__ = ["FAILED", "FINISHED", "FORMAT", "INCOMPLETE", "Ablation", "Run", "as_dict",
@@ -132,6 +135,8 @@ class Ablation:
 
 def _read_json(path: Path) -> tuple[Any, str | None]:
     """``(content, None)``, or ``(None, problem)`` with ``problem`` a few words."""
+    if (odd := not_regular(path)) is not None:
+        return None, odd
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -197,9 +202,6 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
                   judging_changes=[c for c in as_list(doc.get("judging_changes"))
                                    if isinstance(c, dict)])
     now = changed(as_dict(doc.get("config")), cfg)
-    if now:  # a report that judges otherwise than the folder's config
-        ab.judging_changes.append({"changed": now, "runs_ended": None,
-                                   "at": "this report (plugdrop report --decide-on / --set)"})
     accepted = (config_hash, *earlier) if config_hash is not None else None
     for i, e in enumerate(entries):
         if not (isinstance(e, dict) and isinstance(e.get("id"), str)
@@ -213,6 +215,10 @@ def load_ablation(out: Path | str, cfg: AblationConfig | None = None) -> Ablatio
         ab.runs.append(run)
         if run.variant not in ab.variants:
             ab.variants.append(run.variant)
+    if now:  # a report that judges otherwise than the folder's config: when, and what
+        ab.judging_changes.append({
+            "changed": now, "runs_ended": sum(r.status != INCOMPLETE for r in ab.runs),
+            "at": f"{stamp()}, by this report (plugdrop report --decide-on / --set)"})
     return ab
 
 
@@ -329,17 +335,22 @@ def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str]
     ended = done_path.exists()
     done, problem = _read_json(done_path) if ended else (None, None)
     sealed = _sealed(done) if program and problem is None else None
-    run.metrics = (read_records(run.path / "metrics.jsonl", warnings, sealed) if program
+    odd = not_regular(run.path / "metrics.jsonl")
+    if odd is not None:
+        warnings.append(f"{run.path / 'metrics.jsonl'}: {odd}; its records are left out")
+    run.metrics = ([] if odd is not None else
+                   read_records(run.path / "metrics.jsonl", warnings, sealed) if program
                    else _read_metrics(run.path / "metrics.jsonl", warnings))
     gradcam = run.path / "gradcam.png"
     run.gradcam = gradcam if gradcam.is_file() else None
     if program and (run.path / "attached.json").exists():
         receipt, problem = _read_json(run.path / "attached.json")
-        if problem is None and isinstance(receipt, dict):
+        problem = problem or receipts.check(receipt, run.id, run.variant)
+        if problem is None:
             run.attached = receipt
         else:
-            warnings.append(f"{run.path / 'attached.json'}: {problem or 'not a JSON object'}; "
-                            f"what the run attached is not shown")
+            warnings.append(f"{run.path / 'attached.json'}: {problem}; what the run attached "
+                            f"is not shown")
     if ended:
         if problem is not None or not isinstance(done, dict):
             problems.append(f"done.json {problem or 'is not a JSON object'}")
@@ -366,7 +377,9 @@ def _fill(run: Run, config_hash: str | Sequence[str] | None, warnings: list[str]
                     and finite(run.final(metric)):
                 # its program completed without the metric it was judged on then; judged on
                 # one it logged, it finished (a report with another decide_on)
-                run.done = {"value": run.final(metric), "rejudged": True}
+                seconds = failed.get("seconds")  # its training's, which judging keeps
+                run.done = {"value": run.final(metric), "rejudged": True,
+                            "wall_time": seconds if finite(number(seconds)) else None}
                 run.status = FINISHED
                 return
             lines = str(failed.get("error") or "").strip().splitlines()

@@ -82,16 +82,20 @@ class FailFast:
         if self.info.rounds == 1:
             self.first_round.append((rd, error))
         again = (f"continue with plugdrop {self.info.command} {cfg.source} --out "
-                 f"{self.info.out} --resume (the run's training is kept: it is judged again, "
-                 f"not trained again)")
+                 f"{self.info.out} --resume")
         if reason == "metric" and not self.finished:
             raise ConfigError(f"{cfg.loc('decide_on')}: run {rd.id}, the first to complete, "
                               f"{error.removeprefix('the program ')}; no further run is "
                               f"started: correct decide_on (or metrics_from) in "
-                              f"{cfg.source}, then {again}")
+                              f"{cfg.source}, then {again} (the run's training is kept: it is "
+                              f"judged again, not trained again)")
         if reason == "receipt" and not self.attached:
+            # the judging settings stay the same, so the fixed program trains the run again
             raise ConfigError(f"{cfg.loc('program')}: run {rd.id}: {error}; no further run is "
-                              f"started: attach the variant in the program, then {again}")
+                              f"started: attach the variant in the program, then {again} "
+                              f"(the run trains again from the start, its program's folder "
+                              f"kept as work.before-N; with receipt: false instead it is "
+                              f"judged again, not trained again)")
 
     def round_ended(self, failed: Sequence[str], finished: Sequence[str]) -> None:
         """The first round ended: stop when every one of its runs failed the same way (an

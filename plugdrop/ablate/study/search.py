@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import runs
 from ..config import AblationConfig
-from ..decide.race import FAILED, Candidate, Race, Step
+from ..decide.race import FAILED, MAX_FAILED_IN_A_ROW, Candidate, Race, Step
 from ..errors import ConfigError, one_line
 from ..programs import program_of
 from ..results import Run, run_value
@@ -136,27 +136,46 @@ class Search(Strategy):
                                 self.runs_in)
 
     def check(self, step: Step) -> bool:
-        """Check the candidates new to this process (a dry step with plugdrop's trainer); one
-        that cannot run is failed in the study. Whether all could."""
+        """Check the candidates new to this process (a dry step with plugdrop's trainer), in
+        the order proposed; the first that cannot run is failed in the study (its trial says
+        why). Whether all could.
+
+        Raises:
+            ConfigError: the first :data:`FIRST_FAILURES` candidates cannot run, or
+                :data:`~plugdrop.ablate.decide.race.MAX_FAILED_IN_A_ROW` in a row (the space
+                cannot produce a runnable candidate): one line, with the last one's cause.
+        """
         assert self.ctx is not None
-        ok = True
         data = getattr(self.ctx.program, "data", None)
-        for c in step.candidates:
+        for c in sorted(step.candidates, key=lambda c: c.index):
             if c.index in self.checked or c.status == FAILED or not c.seeds:
                 continue
             try:
                 cfg = self.sc.ablation({c.name: self.attachments(c)}, self.runs_in)
                 program_of(cfg, data).prepare(self.ctx.d)
             except ConfigError as e:
-                passed = any(x.index in self.checked for x in step.candidates)
-                if not passed and c.index + 1 >= FIRST_FAILURES:
-                    raise ConfigError(f"search.space: the first {c.index + 1} candidates "
-                                      f"cannot run; the last: {one_line(e)}") from None
+                self._cannot_run(step, c.index, one_line(e))
                 self.proposals.fail(c.index, one_line(e))
-                ok = False
-                continue
+                return False
             self.checked.add(c.index)
-        return ok
+        return True
+
+    def _cannot_run(self, step: Step, index: int, error: str) -> None:
+        """Candidate ``index`` cannot run: stop the search when the space has shown it cannot
+        produce a runnable candidate (the first ones, or too many in a row)."""
+        ran = [x for x in step.candidates if x.index < index and (
+            x.index in self.checked or x.status != FAILED)]
+        in_a_row = index - max((x.index for x in ran), default=-1)
+        if not ran and index + 1 >= FIRST_FAILURES or in_a_row >= MAX_FAILED_IN_A_ROW:
+            what = (f"the first {index + 1} candidates" if not ran else
+                    f"{in_a_row} candidates in a row")
+            raise ConfigError(f"{self.sc.spec.at('space')}: search.space: {what} cannot run, "
+                              f"so no further one is proposed; the last: "
+                              f"{error.rstrip('. ')}; change "
+                              f"the space so that its candidates can run (a selector must "
+                              f"match layers of the model), then plugdrop search "
+                              f"{self.sc.base.source} --out {self.out} "
+                              f"--resume")
 
     def next_round(self) -> Round | None:
         while True:
@@ -164,13 +183,24 @@ class Search(Strategy):
             if not step.needed:
                 return None
             if not self.check(step):
-                continue  # a candidate failed its check: the race goes on without it
+                # a candidate failed its check: the race is replayed from its values, the
+                # failed candidate now failed at its proposal (as a resumed search sees it)
+                self.race = self._replayed()
+                continue
             if step.needed == self.asked:
                 return None  # nothing ended last round (a launcher that trains nothing)
             self.asked = list(step.needed)
             cfg = self.cfg = self.config([c for c in step.candidates if c.seeds])
             return Round(tuple(runs.RunDir(self.runs_in, v, s) for v, s in step.needed), cfg,
                          self.title(step), self.recorded(step))
+
+    def _replayed(self) -> Race:
+        """The race over the values recorded so far, from its start."""
+        race = Race(self.setup, self.proposals)
+        for variant, by_seed in self.race.values.items():
+            for seed, value in by_seed.items():
+                race.record(variant, seed, value)
+        return race
 
     def recorded(self, step: Step) -> tuple[tuple[str, int], ...]:
         """Every run of the search so far: the baseline's, the candidates', the confirmation's,

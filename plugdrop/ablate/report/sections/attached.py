@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ...results import Run
+from ...results import Run, receipts
 from ..markup import e, table
 from .base import Facts, Section
 
@@ -16,8 +16,7 @@ __all__ = ["Attached"]
 
 
 def _calls(receipt: dict[str, Any]) -> int:
-    return sum(int(a.get("calls", 0)) for a in receipt.get("attachments") or []
-               if isinstance(a, dict) and isinstance(a.get("calls", 0), (int, float)))
+    return receipts.calls(receipt)  # checked when read (results.read)
 
 
 def _layers(receipt: dict[str, Any]) -> dict[str, int]:
@@ -55,6 +54,8 @@ class Attached(Section):
         return {"attached": self.rows(f)}
 
     def text(self, f: Facts) -> list[str]:
+        if not f.ab.config.receipt:  # the program applies the spec by other means
+            return []
         missing = [r for r in self.rows(f) if r["runs"] and (r["receipts"] < r["runs"]
                                                            or not r["calls"])]
         return [f"  {r['variant']}: {r['receipts']} of {r['runs']} runs show it attached "
@@ -64,12 +65,17 @@ class Attached(Section):
         rows = self.rows(f)
         if not rows:
             return []
+        asked = f.ab.config.receipt
+        if not asked and not any(r["receipts"] for r in rows):
+            return ["<h2>What each variant attached</h2>",
+                    '<p class="note">Not known: the config says receipt: false (the program '
+                    'applies the spec by other means, and leaves no receipt).</p>']
         cells = []
         for r in rows:
             layers = "; ".join(f"{k} ({n} layer{'' if n == 1 else 's'})"
                                for k, n in r["layers"].items()) or "-"
             calls = "-" if r["calls"] is None else f"{r['calls']:,.0f}"
-            bad = r["runs"] and (r["receipts"] < r["runs"] or not r["calls"])
+            bad = asked and r["runs"] and (r["receipts"] < r["runs"] or not r["calls"])
             note = "; ".join(r["errors"])
             cls = ' class="worse"' if bad else ""
             cells.append(f"<tr{cls}><td>{e(r['variant'])}</td>"

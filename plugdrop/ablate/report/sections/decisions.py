@@ -20,9 +20,14 @@ def change_line(change: dict[str, Any]) -> str:
     what: dict[str, Any] = got if isinstance(got, dict) else {}
     said = "; ".join(f"{k} {json.dumps(c.get('from'))} -> {json.dumps(c.get('to'))}"
                      for k, c in what.items() if isinstance(c, dict))
-    return (f"the judging changed after {change.get('runs_ended', '?')} runs had ended "
-            f"({said}, {change.get('at', '?')}): the verdicts are of the new setting, chosen "
-            f"after seeing results, which the error rate does not cover")
+    ended = change.get("runs_ended")
+    after = (f"after {ended} run{'' if ended == 1 else 's'} had ended"
+             if isinstance(ended, int) and not isinstance(ended, bool) else "after runs had ended")
+    at = change.get("at")
+    when = f", {at}" if isinstance(at, str) and at else ""
+    return (f"the judging changed {after} ({said or 'settings not recorded'}{when}): the "
+            f"verdicts are of the new setting, chosen after seeing results, which the error "
+            f"rate does not cover")
 
 
 def _changes(f: Facts) -> list[str]:

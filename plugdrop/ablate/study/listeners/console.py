@@ -24,8 +24,11 @@ class Console(Listener):
         trains, each = study.program.headline(study.d)
         shard = f" (shard {study.shard[0]}/{study.shard[1]})" if study.shard else ""
         before = f", {round.finished} finished already" if round.finished else ""
+        judged = sum(study.program.rejudges(rd) for rd in round.runs)
+        again = f", {judged} to judge again (trained before)" if judged else ""
         print(f"plugdrop ablate: {trains}, {len(study.cfg.variants)} variants x {round.title}"
-              f"{each}; {len(round.runs)} runs to train{before}{shard}{through}", flush=True)
+              f"{each}; {len(round.runs) - judged} runs to train{again}{before}{shard}"
+              f"{through}", flush=True)
 
     def on_message(self, study: StudyInfo, text: str) -> None:
         if study.main:
