@@ -71,6 +71,15 @@ class AblationConfig:
         help="arguments added to `program:` when a run resumes, e.g. `[--resume, "
              "'{run_dir}/train/last.pth.tar']`, or `{args: [...], if_exists: PATH}` (only "
              "when that file exists)")
+    workdir: str = setting(
+        "start", group="Program", check=C.choice("start", "run", "shared", close=True),
+        hashed=False,
+        help="the folder each run's program runs in: `start`, the folder plugdrop ablate was "
+             "started in (relative inputs work; write outputs under `{run_dir}`), one run at a "
+             "time there: a launcher that runs several at once is refused; `shared`: the same "
+             "folder, several runs at once (the program writes nothing there by a relative "
+             "path); `run`: each run's own folder (`OUT/runs/<run>/work`, `{run_dir}`), its "
+             "script's path made absolute and the start folder on `PYTHONPATH`")
     receipt: bool = setting(
         True, group="Program", check=C.boolean, hashed=False,
         help="a run of a variant with attachments must leave its receipt (`attached.json`, "
