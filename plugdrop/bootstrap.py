@@ -4,36 +4,33 @@ attached: ``python -m plugdrop.bootstrap SCRIPT [ARGS...]`` or ``python -m plugd
 
 ``PLUGDROP_ATTACH_TO`` names the model (comma-separated):
 
-- a class, wherever it is defined: ``Net`` (a bare name: any ``nn.Module`` subclass of that
-  name, the script's own included), ``__main__.Net`` (a class the script defines; the script's
-  module name works too: ``train.Net`` for ``train.py``) or ``package.module.Net``. Its first
-  instance (or of a subclass) is attached when its ``__init__`` returns, however late the class
-  is defined (``nn.Module.__init_subclass__`` sees each new class);
-- a factory: a function or class method (``timm.create_model``,
-  ``transformers.PreTrainedModel.from_pretrained``): the model its first call returns (the
-  outermost call, when one factory calls another).
+- a class, wherever it is defined: ``Net`` (any ``nn.Module`` subclass of that name),
+  ``__main__.Net`` or ``train.Net`` (the script ``train.py``'s own), ``package.module.Net``: its
+  first instance (or a subclass's), when its ``__init__`` returns, however late the class is
+  defined (``nn.Module.__init_subclass__`` sees each new class);
+- a factory (``timm.create_model``, ``transformers.PreTrainedModel.from_pretrained``): the
+  model its first (outermost) call returns.
 
-The script then runs as ``python SCRIPT`` would (``__name__ == "__main__"``, ``sys.argv``,
-``sys.path[0]`` its folder, set before the names are imported: a factory module beside the
-script is found). The model gets the run's attachments (:func:`plugdrop.attach_all` of
-``PLUGDROP_SPEC``), with their schedules spanning ``PLUGDROP_ATTACH_STEPS`` steps when set;
-they are bound to the first optimizer built over that model's parameters, before or after it.
-The receipt (``attached.json``) says what was attached, to which model class, and how often
-its hooks ran, or why nothing was.
+The script runs as ``python SCRIPT`` would (``__name__ == "__main__"``, ``sys.argv``,
+``sys.path[0]`` its folder, set before the names are imported). The model gets
+:func:`plugdrop.attach_all` of ``PLUGDROP_SPEC`` (schedules spanning ``PLUGDROP_ATTACH_STEPS``
+steps when set), bound to the first optimizer built over its parameters, before or after it.
+The receipt (``attached.json``) says what was attached, to which class, how often its hooks
+ran, or why nothing was.
 
 Nothing attached by the first optimizer step fails the run in one line naming the closest
 classes; so does a variant with schedules that no ``torch.optim`` optimizer stepped (``steps:
 0``). With ``PLUGDROP_DRY_START=1`` (the check before any run trains) the program stops at its
 first optimizer step, or soon after its first forward without one, leaving the receipt.
 
-Limits: only the first model is attached (a script that builds a teacher first attaches the
-teacher: name the student's class); an optimizer built over a copy of the parameters is not
-found; processes started with ``spawn`` do not re-run the bootstrap. Outside a run of
-``plugdrop ablate`` (no ``PLUGDROP_SEED``) the script runs with nothing attached.
+Limits: only the first model is attached (a teacher built first: name the student's class); an
+optimizer over a copy of the parameters is not found; ``spawn``-ed processes do not re-run the
+bootstrap. Outside a run (no ``PLUGDROP_SEED``) the script runs with nothing attached.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import difflib
 import functools
@@ -57,8 +54,7 @@ from .spec import AttachmentGroup, attach_all
 
 __all__ = ["DRY", "main"]
 
-_USAGE = ("usage: python -m plugdrop.bootstrap SCRIPT [ARGS...] | -m MODULE [ARGS...] "
-          "(the model's class or factory in PLUGDROP_ATTACH_TO)")
+_USAGE = "usage: python -m plugdrop.bootstrap SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 #: the variable that makes a start a dry one: stop at the first optimizer step
 DRY = "PLUGDROP_DRY_START"
 #: a dry start without an optimizer step stops this long after the hooks first ran (at least)
@@ -78,6 +74,14 @@ def _classes() -> list[type]:
     return out
 
 
+def _ran(group: AttachmentGroup) -> bool:
+    """Whether the group's hooks have run (read from any thread)."""
+    try:
+        return any(any(list(h.calls.values())) for h in group.handles)
+    except RuntimeError:  # changed while read: they are running
+        return True
+
+
 def _name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -93,8 +97,8 @@ class _Attacher:
         self.group: AttachmentGroup | None = None
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.bound = self.stepped = False
-        #: classes named lazily: (module or None for any, qualified name)
-        self.lazy: list[tuple[str | None, str]] = []
+        #: classes named lazily: (module or None for any, qualified name, the name written)
+        self.lazy: list[tuple[str | None, str, str]] = []
         #: classes named by import
         self.objects: list[type] = []
         #: factories called whose outermost call returned no module: name -> its type
@@ -110,10 +114,10 @@ class _Attacher:
                 break
             if k in self.objects:
                 return _name(k)
-            for module, qual in self.lazy:
+            for module, qual, written in self.lazy:
                 if (k.__qualname__ == qual or k.__name__ == qual) if module is None else (
                         k.__module__ == module and k.__qualname__ == qual):
-                    return qual if module is None else f"{module}.{qual}"
+                    return written
         return None
 
     def wrap_class(self, cls: type, name: str) -> None:
@@ -204,17 +208,16 @@ class _Attacher:
 
     def unbound(self) -> str:
         model = _name(type(self.group.model)) if self.group else "?"
-        return (f"variant {self.run.variant!r} has schedules, but no torch.optim optimizer "
-                f"over the parameters of the model attach_to gave ({model}) steps them (steps: 0, the values stay at their start: in effect the "
-                f"baseline); a script that updates its weights otherwise steps the schedules "
-                f"itself (plugdrop.current_run().attach(model).step())")
+        return (f"variant {self.run.variant!r} has schedules, but no torch.optim optimizer over "
+                f"the parameters of {model} steps them (steps: 0: the values stay at their "
+                f"start, in effect the baseline); train it with a torch.optim optimizer, or "
+                f"attach in the script (plugdrop.current_run().attach) and step the group")
 
     def unattached(self) -> str:
         """Why nothing was attached, with the closest classes defined."""
-        said = []
-        for name, kind in self.returned.items():
-            said.append(f"{name} was called but returned a {kind}, not a torch.nn.Module: "
-                        f"name the class of the model, or the factory that returns it")
+        said = [f"{name} was called but returned a {kind}, not a torch.nn.Module: name the "
+                f"class of the model, or the factory that returns it"
+                for name, kind in self.returned.items()]
         if said:
             return "attach_to: " + "; ".join(said)
         named = ", ".join(self.names)
@@ -226,10 +229,12 @@ class _Attacher:
         mine = sorted({c.__qualname__ for c in classes if c.__module__ == "__main__"})
         theirs = sorted({c.__qualname__ for c in classes
                          if not c.__module__.startswith(("torch.", "plugdrop."))})
-        close = [n for want in (q for _, q in self.lazy) for n in
-                 difflib.get_close_matches(want, theirs or mine, n=3, cutoff=0.5)]
-        hint = (f"; did you mean {', '.join(dict.fromkeys(close))}?" if close else "")
-        defined = (f"; the script defines {', '.join(mine[:8])}" if mine else "")
+        close: list[str] = []
+        for _, want, _ in self.lazy:
+            close += (difflib.get_close_matches(want, mine, n=3, cutoff=0.5)
+                      or difflib.get_close_matches(want, theirs, n=3, cutoff=0.6))
+        hint = f"; did you mean {', '.join(dict.fromkeys(close))}?" if close else ""
+        defined = f" (the script defines {', '.join(mine[:8])})" if mine else ""
         return (f"attach_to: {named} matched no model built {when} (no instance of a class "
                 f"of that name){hint}{defined}")
 
@@ -241,7 +246,7 @@ class _Attacher:
         began = time.monotonic()
 
         def watch() -> None:
-            while not sum(sum(h.calls.values()) for h in group.handles):
+            while not _ran(group):
                 if not group.handles or self.stepped:
                     return
                 time.sleep(0.02)
@@ -266,8 +271,7 @@ class _Attacher:
     def at_exit(self) -> None:
         if self.group is None:
             _receipt.unattached(self.unattached(), "bootstrap")
-        elif self.scheduled and self.group.step_count == 0 and sum(
-                sum(h.calls.values()) for h in self.group.handles):
+        elif self.scheduled and self.group.step_count == 0 and _ran(self.group):
             _receipt.flag(self.unbound())
             _receipt.write()
 
@@ -296,25 +300,19 @@ def _resolve(name: str) -> tuple[Any, str, Any]:
     raise SystemExit(f"plugdrop bootstrap: attach_to: {name} is not a dotted name")
 
 
-def _patch(name: str, at: _Attacher, script_module: str | None) -> None:
+def _patch(name: str, at: _Attacher, script_module: str) -> None:
     """Name the model ``name`` (see the module): a class lazily or by import, a factory
     wrapped where it is defined and wherever a loaded module holds it."""
-    if "." not in name:
-        at.lazy.append((None, name))
+    mine = next((m for m in ("__main__", script_module) if name.startswith(m + ".")), None)
+    if "." not in name or mine is not None:
+        at.lazy.append((mine and "__main__", name[len(mine) + 1:] if mine else name, name))
         return
-    for module in ("__main__", script_module):
-        if module and name.startswith(module + "."):
-            at.lazy.append(("__main__", name[len(module) + 1:]))
-            return
     owner, attr, value = _resolve(name)
     if isinstance(owner, type):  # a class method, a static method, a method
         raw = owner.__dict__.get(attr, value)
-        if isinstance(raw, classmethod):
-            setattr(owner, attr, classmethod(at.wrap(raw.__func__, name)))
-        elif isinstance(raw, staticmethod):
-            setattr(owner, attr, staticmethod(at.wrap(raw.__func__, name)))
-        else:
-            setattr(owner, attr, at.wrap(raw, name))
+        kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
+        setattr(owner, attr, kind(at.wrap(raw.__func__, name)) if kind is not None
+                else at.wrap(raw, name))
         return
     if isinstance(value, type):  # a class: its instances (and its subclasses') are the models
         if not issubclass(value, nn.Module):
@@ -365,15 +363,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] == "-m" and len(args) < 2:
         raise SystemExit(_USAGE)
-    if args[0] == "-m":
-        script_module: str | None = args[1]
-    else:
-        script = args[0]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))  # before the names are imported
-        script_module = os.path.splitext(os.path.basename(script))[0]
+    script_module = args[1] if args[0] == "-m" else os.path.splitext(
+        os.path.basename(args[0]))[0]
+    if args[0] != "-m":  # before the names are imported: a factory module beside it is found
+        sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
     run = current_run()
     names = [n.strip() for n in os.environ.get("PLUGDROP_ATTACH_TO", "").split(",")
              if n.strip()]
+    at: _Attacher | None = None
     if run is not None and names:
         steps_text = os.environ.get("PLUGDROP_ATTACH_STEPS")
         at = _Attacher(run, names, int(steps_text) if steps_text else None,
@@ -383,15 +380,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         if at.lazy or at.objects:
             at.watch_classes()
         _watch_optimizers(at)
-        import atexit
-
         atexit.register(at.at_exit)
-    if args[0] == "-m":
-        sys.argv = [args[1], *args[2:]]
-        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(args)
-        runpy.run_path(args[0], run_name="__main__")
+    try:
+        if args[0] == "-m":
+            sys.argv = [args[1], *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(args)
+            runpy.run_path(args[0], run_name="__main__")
+    finally:  # also where atexit does not run (a process forked to run it)
+        if at is not None:
+            at.at_exit()
+        _receipt.write()
 
 
 if __name__ == "__main__":

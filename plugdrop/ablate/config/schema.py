@@ -54,11 +54,13 @@ class AblationConfig:
         None, group="Program", check=P.attach_to, hashed=AWAY_FROM_DEFAULT,
         help="run a Python program (`[python, train.py, ...]`, `[python, -m, module, ...]`) "
              "unedited under plugdrop's bootstrap, which attaches the run's variant to the "
-             "model that the first call of this factory returns and binds it to the first "
-             "optimizer over that model's parameters: `timm.create_model` (or `timm`, "
-             "`torchvision`, `transformers`), any dotted name (`mypkg.models.build`), a list, "
-             "or `{factory: NAME, steps: N}` (what schedules without `steps:` span); none: the "
-             "program attaches itself (`plugdrop.current_run()`)")
+             "first instance of this model class (`Net`: any class of that name, the script's "
+             "own included; `__main__.Net`, `mypkg.models.Net`), or to the model that the "
+             "first call of this factory returns (`timm.create_model`, or `timm`, "
+             "`torchvision`, `transformers`; `mypkg.models.build`), and binds it to the first "
+             "optimizer over that model's parameters; each variant is dry-started before any "
+             "run trains; a list, or `{factory: NAME, steps: N}` (what schedules without "
+             "`steps:` span); none: the program attaches itself (`plugdrop.current_run()`)")
     metrics_from: P.MetricsFrom | None = setting(
         None, group="Program", check=P.metrics_from, hashed=JUDGES,
         help="where the program already writes its metrics, read while it runs and when it "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,18 +38,22 @@ __all__ = ["DryStart", "LIMIT_S", "dry_start", "say"]
 LIMIT_S = 300.0
 #: dry starts running at once (at most)
 AT_ONCE = 4
+#: an error at a place of the config: ``SelectorError: cfg.yaml:9:3 (variant 'x'): ...``
+_PLACED = re.compile(r"(?P<type>\w+: )?(?P<loc>\S+:\d+:\d+) \(variant '[^']*'\): (?P<rest>.*)")
 
 
 @dataclass(frozen=True)
 class DryStart:
     """What one dry start of a variant found: ``models`` (the classes attached to),
-    ``attachments`` (label, layers) and ``problem`` (why it fails, one line) or ``None``."""
+    ``attachments`` (label, layers) and ``problem`` (why it fails, one line; ``where``: its
+    place in the config) or ``None``."""
 
     variant: str
     models: tuple[str, ...]
     attachments: tuple[tuple[str, tuple[str, ...]], ...]
     problem: str | None
     checked: bool = True
+    where: str = ""
 
     def describe(self) -> str:
         what = "; ".join(f"{label} on {len(layers)} layer{'s' * (len(layers) != 1)} "
@@ -100,7 +105,7 @@ def dry_start(cfg: AblationConfig, cwd: str, located: Any = lambda line, variant
                     _kill(proc)
                     found.append(DryStart(v.name, (), (), None, checked=False))
                 else:
-                    found.append(_read(v, folder, proc.returncode, located))
+                    found.append(_read(cfg, v, folder, proc.returncode, located))
                 started.remove(item)
     except BaseException:
         for _, _, proc, _ in started:
@@ -108,7 +113,13 @@ def dry_start(cfg: AblationConfig, cwd: str, located: Any = lambda line, variant
         raise
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    problems = list(dict.fromkeys(f.problem for f in found if f.problem is not None))
+    causes: dict[tuple[str, str], list[str]] = {}
+    order = {v.name: i for i, v in enumerate(cfg.variants)}
+    for f in sorted(found, key=lambda f: order.get(f.variant, 0)):
+        if f.problem is not None:
+            causes.setdefault((f.where, f.problem), []).append(repr(f.variant))
+    problems = [f"{where} (variant{'s' * (len(names) > 1)} {', '.join(names)}, dry start before "
+                f"any run): {problem}" for (where, problem), names in causes.items()]
     if problems:
         error = ConfigError(problems[-1])
         error.before = tuple(problems[:-1])
@@ -149,16 +160,18 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _read(v: Variant, folder: Path, code: int, located: Any) -> DryStart:
+def _read(cfg: AblationConfig, v: Variant, folder: Path, code: int, located: Any) -> DryStart:
     """What the dry start of ``v`` left (its receipt, or how it ended)."""
     try:
         receipt = json.loads((folder / "attached.json").read_text())
     except (OSError, ValueError):
         receipt = None
-    if isinstance(receipt, dict) and isinstance(receipt.get("error"), str):
+    if isinstance(receipt, dict) and isinstance(receipt.get("error"), str) and code == 0:
         error = located(one_line(receipt["error"], period=False), v.name)
-        return DryStart(v.name, (), (), f"{v.loc or 'variants'}: variant {v.name!r} (dry start "
-                                         f"before any run): {error}")
+        m = _PLACED.fullmatch(error)  # at its place in the config: said once, first
+        if m is not None:
+            return DryStart(v.name, (), (), f"{m['type'] or ''}{m['rest']}", where=m["loc"])
+        return DryStart(v.name, (), (), error, where=cfg.loc("attach_to"))
     if isinstance(receipt, dict) and code == 0:
         items = tuple((str(a.get("label")), tuple(map(str, a.get("layers") or [])))
                       for a in receipt.get("attachments") or [] if isinstance(a, dict))
@@ -168,9 +181,9 @@ def _read(v: Variant, folder: Path, code: int, located: Any) -> DryStart:
                                          "its stderr is empty")
     how = (f"exited with status {code}" if code >= 0
            else f"was killed by {process.signal_name(-code)}")
-    return DryStart(v.name, (), (), f"program: it cannot start: its dry start (variant "
-                                    f"{v.name!r}, before any run) {how}: "
-                                    f"{located(one_line(cause, period=False), v.name)}")
+    return DryStart(v.name, (), (), f"program: it cannot start: it {how}: "
+                                    f"{located(one_line(cause, period=False), v.name)}",
+                    where=cfg.loc("program"))
 
 
 def say(found: list[DryStart]) -> None:
