@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.nn as nn
@@ -257,7 +257,7 @@ class _Attacher:
 
         threading.Thread(target=watch, daemon=True, name="plugdrop-dry-start").start()
 
-    def stop(self, error: str | None) -> None:
+    def stop(self, error: str | None) -> NoReturn:
         """End a dry start here: the receipt written (with ``error``), the process gone."""
         if error is not None:
             _receipt.flag(error)
@@ -351,7 +351,7 @@ def _watch_optimizers(at: _Attacher) -> None:
                     at.first_step()
                 return step(opt, *a, **k)
 
-            cls.step = first  # type: ignore[method-assign]
+            cls.step = first  # type: ignore[method-assign, assignment]
             cls.__plugdrop_step__ = True  # type: ignore[attr-defined]
 
     torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]

@@ -337,3 +337,39 @@ def test_a_run_stopped_and_resumed_without_checkpoints_starts_clean(tmp_path):
     recs = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines()]
     assert last == 3 and [r["step"] for r in recs] == [1, 2, 3]
     assert (rd / "work.before-2").is_dir()  # the first start's folder, set aside
+
+
+APPLIES_THE_SPEC = """\
+import json, os
+import torch
+import torch.nn as nn
+import plugdrop as pd
+
+# the run contract's table, followed by hand: the spec handed to attach_all, metrics appended
+torch.manual_seed(int(os.environ["PLUGDROP_SEED"]))
+model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1),
+                      nn.Flatten(), nn.Linear(64, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+pd.attach_all(model, os.environ["PLUGDROP_SPEC"], steps=5).bind(opt)
+for step in range(1, 6):
+    loss = model(torch.randn(8, 1, 4, 4)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+with open(os.environ["PLUGDROP_METRICS"], "a") as f:
+    f.write(json.dumps({"step": 5, "score": 0.5 + float(loss)}) + "\\n")
+"""
+
+
+@pytest.mark.slow
+def test_a_program_that_hands_its_spec_to_attach_all_leaves_its_receipt(tmp_path, monkeypatch):
+    """The guide's contract table: a program may apply PLUGDROP_SPEC with pd.attach_all; its
+    runs finish without receipt: false."""
+    variants = "  baseline: []\n  drop: [{layers: '2', transform: Dropout2d, p: 0.1}]\n"
+    folder(tmp_path, monkeypatch, make_config(json.dumps([PY, "applies.py"]), variants=variants))
+    (tmp_path / "applies.py").write_text(APPLIES_THE_SPEC)
+    for k, v in env().items():  # the program imports this worktree's plugdrop
+        monkeypatch.setenv(k, v)
+    assert ablate() == 0
+    receipt = json.loads((run_dir(tmp_path / "out", "drop__s0") / "attached.json").read_text())
+    assert receipt["by"] == "attach_all" and receipt["steps"] == 5
+    assert receipt["models"] == ["torch.nn.modules.container.Sequential"]
+    assert receipt["attachments"] == [{"label": "Dropout2d@2", "layers": ["2"], "calls": 5}]
