@@ -373,3 +373,48 @@ def test_a_program_that_hands_its_spec_to_attach_all_leaves_its_receipt(tmp_path
     assert receipt["by"] == "attach_all" and receipt["steps"] == 5
     assert receipt["models"] == ["torch.nn.modules.container.Sequential"]
     assert receipt["attachments"] == [{"label": "Dropout2d@2", "layers": ["2"], "calls": 5}]
+
+
+def test_a_fixed_design_stops_once_its_first_runs_fail_alike(tmp_path, monkeypatch, capsys):
+    """A failure every run meets costs one run per parallel slot (two at least), not the fixed
+    design's first round (every run)."""
+    broken = ("import sys\nprint('Traceback (most recent call last):', file=sys.stderr)\n"
+              "print(\"ModuleNotFoundError: No module named 'torchh'\", file=sys.stderr)\n"
+              "sys.exit(1)\n")
+    variants = "  baseline: []\n  a: [{layers: x, transform: Dropout, p: 0.1}]\n"
+    folder(tmp_path, monkeypatch, make_config(json.dumps([PY, "broken.py"]), seeds="[0, 1, 2]",
+                                              variants=variants))
+    (tmp_path / "broken.py").write_text(broken)
+    assert ablate() == 2
+    err = capsys.readouterr().err
+    assert "the first 2 runs failed the same way before any finished" in err
+    assert len(list((tmp_path / "out" / "runs").iterdir())) == 2  # of 6
+
+
+PRINTS = """\
+import os, sys
+# prints its metric each epoch, keeps no checkpoint; its first start crashes after 2 epochs
+for epoch in range(1, 4):
+    print(f"acc {50 + epoch}", flush=True)
+    if epoch == 2 and not os.path.exists("crashed"):
+        open("crashed", "w").close()
+        sys.exit(7)
+"""
+
+
+def test_a_run_that_starts_over_after_a_failure_holds_its_last_starts_records(tmp_path,
+                                                                            monkeypatch):
+    folder(tmp_path, monkeypatch, make_config(
+        json.dumps([PY, "prints.py"]), variants="  baseline: []\n",
+        decide="{metric: acc, goal: max}\nmargin: 1",
+        extra="metrics_from: {stdout: 'acc (?P<acc>[0-9]+)'}\n"))
+    (tmp_path / "prints.py").write_text(PRINTS)
+    assert ablate() == 1
+    assert "exited with status 7" in failed(tmp_path / "out", "baseline__s0")["error"]
+    assert ablate("--resume") == 0
+    rd = run_dir(tmp_path / "out", "baseline__s0")
+    recs = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines()]
+    assert recs == [{"step": 1, "acc": 51}, {"step": 2, "acc": 52}, {"step": 3, "acc": 53}]
+    attempts = [json.loads(x) for x in (rd / "attempts.jsonl").read_text().splitlines()]
+    assert [a["resume"] for a in attempts] == [False, False]
+    assert (rd / "work.before-2").is_dir() and (rd / "logs" / "attempt-1.stdout").exists()
