@@ -36,9 +36,10 @@ _TORCHVISION_WEIGHTS = ("weights", "weights_backbone")
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("layers", help="the module tree of a model, with output shapes, and "
                                       "what a selector picks")
-    p.add_argument("model", help="a timm model name (pretrained=False) or package.module:factory "
-                                 "(torchvision's with weights=None, weights_backbone=None); "
-                                 "nothing is downloaded")
+    p.add_argument("model", help="a timm model name (pretrained=False), package.module:factory "
+                                 "(torchvision's with weights=None, weights_backbone=None) or "
+                                 "a class of the working directory's files (train.py:Net, "
+                                 "train:Net); nothing is downloaded")
     p.add_argument("--input-size", nargs=3, type=int, default=(3, 224, 224),
                    metavar=("C", "H", "W"), help="input of the dry forward (default 3 224 224)")
     p.add_argument("--match", help="a selector: modules it picks are marked with *")
