@@ -9,8 +9,10 @@ that trains).
 
 The file is a JSON object: ``by`` (what attached: ``run.attach``, a callback, the bootstrap),
 ``variant``, ``run`` (``PLUGDROP_RUN_ID``), ``attachments`` (per attachment: ``label``,
-``layers``, ``calls``: hook runs, those of earlier attempts of the run included), ``steps`` (the schedules' optimizer steps),
-``updated``; or ``error``: why nothing was attached (the bootstrap's factory was never called).
+``layers``, ``calls``: hook runs, those of earlier attempts of the run included), ``steps`` (the
+schedules' optimizer steps), ``models`` (the classes of the models attached to,
+``module.Class``), ``updated``; ``error``: why the variant was not attached, or did not run as
+written (the bootstrap found no model, its schedules never stepped).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .spec import AttachmentGroup
 
-__all__ = ["path", "rank_zero", "track", "unattached", "write"]
+__all__ = ["flag", "path", "rank_zero", "track", "unattached", "write"]
 
 _TRACKED: list[tuple[AttachmentGroup, str]] = []
 #: calls an earlier attempt of the run recorded, by label
@@ -33,6 +35,8 @@ _BEFORE: dict[str, int] = {}
 _STATE = {"exit": False, "read": False}
 #: the optimizer steps of this process since the first attachment was tracked
 _STEPS = [0]
+#: why the attachments did not run as written (the receipt's ``error``), when they did not
+_ERROR: list[str] = []
 #: when the receipt was last written (``time.monotonic``)
 _WRITTEN = [-float("inf")]
 
@@ -109,12 +113,21 @@ def write(force: bool = True) -> None:
             calls = sum(h.calls.values())
             attachments.append({"label": label, "layers": list(h.layers),
                                 "calls": calls + _BEFORE.get(label, 0)})
-    _write(target, {"by": ", ".join(dict.fromkeys(b for _, b in _TRACKED)),
-                    "variant": os.environ.get("PLUGDROP_VARIANT"),
-                    "run": os.environ.get("PLUGDROP_RUN_ID"),
-                    "attachments": attachments,
-                    "steps": max(g.step_count for g, _ in _TRACKED),
-                    "pid": os.getpid(), "updated": time.time()})
+    models = [f"{type(g.model).__module__}.{type(g.model).__qualname__}" for g, _ in _TRACKED]
+    doc = {"by": ", ".join(dict.fromkeys(b for _, b in _TRACKED)),
+           "variant": os.environ.get("PLUGDROP_VARIANT"),
+           "run": os.environ.get("PLUGDROP_RUN_ID"),
+           "attachments": attachments,
+           "models": list(dict.fromkeys(models)),
+           "steps": max(g.step_count for g, _ in _TRACKED),
+           "pid": os.getpid(), "updated": time.time()}
+    _write(target, {**doc, "error": _ERROR[-1]} if _ERROR else doc)
+
+
+def flag(why: str) -> None:
+    """Record that the attachments did not run as written (the receipt's ``error`` from its
+    next write on: the run fails saying ``why``)."""
+    _ERROR.append(why)
 
 
 def unattached(why: str, by: str) -> None:

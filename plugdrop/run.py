@@ -33,6 +33,7 @@ from typing import Any
 from . import _receipt
 from .errors import PlugdropError
 from .spec import AttachmentGroup, AttachmentSpec, attach_all, parse_spec
+from .spec.group import WATCHERS
 
 __all__ = ["ENV", "AblationRun", "current_run"]
 
@@ -230,6 +231,24 @@ def _append(path: Path, rec: Mapping[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _run_spec_attached(group: AttachmentGroup, spec: Any) -> None:
+    """:func:`plugdrop.attach_all` of the run's own spec file (``PLUGDROP_SPEC``, as the run
+    contract's table says a program may apply it) leaves the receipt, as ``run.attach`` does."""
+    env = os.environ
+    if not isinstance(spec, (str, os.PathLike)) or "PLUGDROP_SEED" not in env \
+            or not env.get("PLUGDROP_SPEC"):
+        return
+    try:
+        same = os.path.samefile(spec, env["PLUGDROP_SPEC"])
+    except (OSError, ValueError, TypeError):  # YAML text, not a path
+        return
+    if same:
+        _receipt.track(group, "attach_all")
+
+
+WATCHERS.append(_run_spec_attached)
 
 
 def current_run() -> AblationRun | None:

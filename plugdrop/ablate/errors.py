@@ -39,7 +39,10 @@ class Exit(IntEnum):
 
 class ConfigError(ValueError):
     """A user mistake in an ablation: config, data, model or output folder. The message is one
-    line naming the place and the fix."""
+    line naming the place and the fix; ``before``: the lines of other mistakes found with it
+    (each of its own cause), which the command line prints first."""
+
+    before: tuple[str, ...] = ()
 
 
 class Fault(RuntimeError):

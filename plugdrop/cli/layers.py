@@ -36,9 +36,10 @@ _TORCHVISION_WEIGHTS = ("weights", "weights_backbone")
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("layers", help="the module tree of a model, with output shapes, and "
                                       "what a selector picks")
-    p.add_argument("model", help="a timm model name (pretrained=False) or package.module:factory "
-                                 "(torchvision's with weights=None, weights_backbone=None); "
-                                 "nothing is downloaded")
+    p.add_argument("model", help="a timm model name (pretrained=False), package.module:factory "
+                                 "(torchvision's with weights=None, weights_backbone=None) or "
+                                 "a class of the working directory's files (train.py:Net, "
+                                 "train:Net); nothing is downloaded")
     p.add_argument("--input-size", nargs=3, type=int, default=(3, 224, 224),
                    metavar=("C", "H", "W"), help="input of the dry forward (default 3 224 224)")
     p.add_argument("--match", help="a selector: modules it picks are marked with *")
@@ -126,6 +127,30 @@ def _model(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
     return model
 
 
+def _module(name: str) -> Any:
+    """The module ``name`` (``main`` or ``pkg.models``) as found from the working directory
+    first, or a script's file (``train.py``, ``src/train.py``) run as a module of its stem (its
+    ``if __name__ == "__main__":`` block is not run)."""
+    import importlib
+    import importlib.util
+    import os
+
+    if name.endswith(".py") or "/" in name:
+        path = os.path.abspath(name if name.endswith(".py") else name + ".py")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(stem, path)
+        if spec is None or spec.loader is None or not os.path.isfile(path):
+            raise ImportError(f"no script {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, os.path.dirname(path))  # what it imports beside it
+        sys.modules[stem] = module
+        spec.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # plugdrop's entry point does not put it there
+    return importlib.import_module(name)
+
+
 def _build(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
     import importlib
 
@@ -135,8 +160,8 @@ def _build(name: str, kwargs: dict[str, Any]) -> torch.nn.Module:
         if ":" in name:
             module_name, _, attr = name.partition(":")
             try:
-                factory = getattr(importlib.import_module(module_name), attr)
-            except (ImportError, AttributeError) as e:
+                factory = getattr(_module(module_name), attr)
+            except (ImportError, AttributeError, OSError) as e:
                 raise ConfigError(f"model {name!r}: cannot import {attr} from {module_name} "
                                   f"({e})") from None
             try:

@@ -82,6 +82,8 @@ def run(command: str, args: argparse.Namespace, strategy_for: Callable[[], Any],
         return Exit.SIGNAL + signal.SIGINT
     except ConfigError as e:
         if rank == 0:
+            for line in e.before:
+                say(command, one_line(line))
             say(command, one_line(e))
         teardown(d)
         # Under torchrun the launcher adds its failure report after this line: a mistake must

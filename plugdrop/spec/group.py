@@ -3,7 +3,7 @@ text), :func:`attach_all` attaches it and returns an :class:`AttachmentGroup`.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -15,7 +15,11 @@ from ..errors import SettingError, SpecError, one_line
 from .attachment import AttachmentSpec, check_together, parse_attachment
 from ._yaml import Loc, LocDict, LocList, fail, read_text, read_yaml
 
-__all__ = ["AttachmentGroup", "SpecLike", "attach_all", "parse_spec"]
+__all__ = ["AttachmentGroup", "SpecLike", "WATCHERS", "attach_all", "parse_spec"]
+
+#: called with each group :func:`attach_all` makes and the spec it was given: how
+#: :mod:`plugdrop.run` leaves a receipt for ``attach_all`` of a run's ``PLUGDROP_SPEC``
+WATCHERS: list[Callable[["AttachmentGroup", Any], None]] = []
 
 #: what :func:`attach_all` and :func:`parse_spec` take
 SpecLike = Union[str, Path, Mapping[str, Any], Sequence[Any]]
@@ -283,4 +287,7 @@ def attach_all(model: nn.Module, spec: SpecLike | Sequence[AttachmentSpec], *,
         for h in handles:
             h.remove()
         raise
-    return AttachmentGroup(model, specs, handles)
+    group = AttachmentGroup(model, specs, handles)
+    for watcher in WATCHERS:
+        watcher(group, spec)
+    return group

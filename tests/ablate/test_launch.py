@@ -339,7 +339,7 @@ def test_ray_runs_a_training_program(tmp_path, monkeypatch):
     from _programs import ablate, config, fake, folder, run_dir
 
     variants = '  baseline: []\n  good:\n    - {layers: "layer1.*", transform: Dropout, p: 0.1}\n'
-    folder(tmp_path, monkeypatch, config(fake(), variants=variants))
+    folder(tmp_path, monkeypatch, config(fake(), variants=variants, extra="workdir: shared\n"))
     assert ablate("--launcher", "ray", "--max-parallel", "2") == 0
     local = tmp_path / "local"
     local.mkdir()

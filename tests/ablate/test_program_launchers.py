@@ -21,9 +21,10 @@ VARIANTS = """\
   good:
     - {layers: "layer1.*", transform: Dropout, p: 0.1}
 """
-TEXT = config(fake(), seeds="{min: 3, max: 4}", variants=VARIANTS)
+#: the fake program writes only under {run_dir}: its runs may share the working directory
+TEXT = config(fake(), seeds="{min: 3, max: 4}", variants=VARIANTS, extra="workdir: shared\n")
 #: one round of jobs: the runs baseline__s0 and good__s0 of TEXT's ablation
-FIXED = config(fake(), seeds="[0]", variants=VARIANTS)
+FIXED = config(fake(), seeds="[0]", variants=VARIANTS, extra="workdir: shared\n")
 
 
 @pytest.fixture(scope="module")

@@ -136,12 +136,13 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 @dataclass(frozen=True)
 class AttachTo:
-    """``attach_to:``: the factories whose first call's model gets the run's variant, in a
-    Python program run unedited under plugdrop's bootstrap.
+    """``attach_to:``: the model's class or the factories whose first model gets the run's
+    variant, in a Python program run unedited under plugdrop's bootstrap.
 
     Attributes:
-        factories: dotted names of callables (``timm.create_model``, ``mypkg.models.Net``),
-            the shorthands of :data:`FACTORIES` expanded.
+        factories: class names (``Net``, ``__main__.Net``) and dotted names of classes and
+            callables (``timm.create_model``, ``mypkg.models.Net``), the shorthands of
+            :data:`FACTORIES` expanded.
         steps: the optimizer steps that schedules written without ``steps:`` span; ``None``:
             each schedule gives its own.
         written: the value as the config gave it.
@@ -159,8 +160,9 @@ class AttachTo:
 
 
 def attach_to(v: Value) -> Any:
-    """A factory's dotted name (or a shorthand: ``timm``, ``torchvision``, ``transformers``), a
-    list of them, or ``{factory: NAME or [NAMES], steps: N}``, as an :class:`AttachTo`."""
+    """A class name (``Net``, ``__main__.Net``, ``mypkg.models.Net``), a factory's dotted name
+    (or a shorthand: ``timm``, ``torchvision``, ``transformers``), a list of them, or
+    ``{factory: NAME or [NAMES], steps: N}``, as an :class:`AttachTo`."""
     if v.value is None:
         return None
     written = v.value
@@ -179,19 +181,21 @@ def attach_to(v: Value) -> Any:
                          f"(what schedules without steps: span), got {steps!r}")
         value = value.get("factory")
     names = value if isinstance(value, list) else [value]
-    what = ("the model factory a script calls: timm.create_model (or timm, torchvision, "
-            "transformers), a dotted name such as mypkg.models.build, a list of them, or "
+    what = ("the model's class (Net: any class of that name, the script's own included; "
+            "__main__.Net, mypkg.models.Net) or the factory a script calls (timm.create_model, "
+            "or timm, torchvision, transformers; mypkg.models.build), a list of them, or "
             "{factory: NAME, steps: N}")
     v.need(bool(names) and all(isinstance(n, str) and n.strip() for n in names), what)
     out: list[str] = []
     for name in names:
-        name = name.strip().replace(":", ".")
+        name = re.sub(r"\.py:", ".", name.strip()).replace(":", ".")  # train.py:Net
         if name in FACTORIES:
             out += FACTORIES[name]
-        elif _DOTTED.fullmatch(name):
+        elif _DOTTED.fullmatch(name) or (name.isidentifier() and not (
+                name[0].islower() and suggest(name, FACTORIES))):
             out.append(name)
         else:
-            raise v.fail(f"attach_to: {name!r} is not a dotted name of a callable "
+            raise v.fail(f"attach_to: {name!r} is not a class name or a dotted name "
                          f"(package.module.function){suggest(name, FACTORIES)}; {what}")
     return AttachTo(tuple(dict.fromkeys(out)), steps, plain(written))
 

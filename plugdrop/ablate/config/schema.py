@@ -2,8 +2,7 @@
 table (name, type, default, check, help, command-line flag, whether it enters the config hash).
 The loader (:mod:`.loader`), the checks, ``--set``, the ``plugdrop ablate`` flags, the config
 hash, the folder-compatibility check and the settings reference (:mod:`.reference`) are all
-derived from it, so adding a setting is one :func:`setting` line here plus the code that uses
-it.
+derived from it: a setting is one :func:`setting` line here plus the code that uses it.
 """
 
 from __future__ import annotations
@@ -52,13 +51,12 @@ class AblationConfig:
              "SIGKILL; the run fails saying so; none: no limit")
     attach_to: P.AttachTo | None = setting(
         None, group="Program", check=P.attach_to, hashed=AWAY_FROM_DEFAULT,
-        help="run a Python program (`[python, train.py, ...]`, `[python, -m, module, ...]`) "
-             "unedited under plugdrop's bootstrap, which attaches the run's variant to the "
-             "model that the first call of this factory returns and binds it to the first "
-             "optimizer over that model's parameters: `timm.create_model` (or `timm`, "
-             "`torchvision`, `transformers`), any dotted name (`mypkg.models.build`), a list, "
-             "or `{factory: NAME, steps: N}` (what schedules without `steps:` span); none: the "
-             "program attaches itself (`plugdrop.current_run()`)")
+        help="run a Python program (`[python, train.py, ...]`, `-m module`) unedited under "
+             "plugdrop's bootstrap, which attaches the variant to the first instance of this "
+             "class (`Net`, `__main__.Net`, `mypkg.models.Net`) or the model this factory "
+             "returns (`timm.create_model`, `timm`, `torchvision`, `transformers`), each variant "
+             "dry-started first; a list, or `{factory: NAME, steps: N}` (what schedules without "
+             "`steps:` span); none: the program attaches itself")
     metrics_from: P.MetricsFrom | None = setting(
         None, group="Program", check=P.metrics_from, hashed=JUDGES,
         help="where the program already writes its metrics, read while it runs and when it "
@@ -71,11 +69,15 @@ class AblationConfig:
         help="arguments added to `program:` when a run resumes, e.g. `[--resume, "
              "'{run_dir}/train/last.pth.tar']`, or `{args: [...], if_exists: PATH}` (only "
              "when that file exists)")
+    workdir: str = setting(
+        "start", group="Program", check=C.choice("start", "run", "shared", close=True),
+        hashed=False, help="where each run's program runs: `start`, the folder plugdrop ablate "
+        "started in, one run at a time; `shared`: there, several at once; `run`: its own folder, "
+        "`{run_dir}` (docs/guide/programs.md)")
     receipt: bool = setting(
         True, group="Program", check=C.boolean, hashed=False,
-        help="a run of a variant with attachments must leave its receipt (`attached.json`, "
-             "written by `run.attach`, the callbacks and the bootstrap: the layers matched and "
-             "how often the hooks ran), else it fails saying its variant was not attached; "
+        help="a run of a variant with attachments must leave its receipt (`attached.json`: "
+             "the layers matched, how often the hooks ran, the model's class), else it fails; "
              "false for a program that applies the spec by other means")
     # -- model ------------------------------------------------------------------------------
     model: str = setting(
@@ -83,7 +85,6 @@ class AblationConfig:
         shown="required",
         help="a timm model name such as `resnet18`, or `package.module:factory` (required "
              "without `program:`)")
-    # -- model ------------------------------------------------------------------------------
     model_kwargs: Mapping[str, Any] = setting(
         factory=dict, group="Model", check=C.model_kwargs,
         help="keyword arguments of the model factory, e.g. `{img_size: 64}` for a ViT, "

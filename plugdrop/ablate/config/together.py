@@ -44,6 +44,10 @@ def _check_program(cfg: AblationConfig) -> None:
                 raise ConfigError(f"{cfg.loc(key)}: {key} is a setting of a training program "
                                   f"of your own: it needs program: (plugdrop's own loop "
                                   f"attaches, logs and resumes by itself)")
+        if cfg.workdir != "start":
+            raise ConfigError(f"{cfg.loc('workdir')}: workdir is the folder a training program "
+                              f"of your own runs in: it needs program: (plugdrop's own loop "
+                              f"writes only into --out)")
         return
     if cfg.attach_to is not None:
         _check_attach_to(cfg)

@@ -123,10 +123,14 @@ def argv_of(cfg: AblationConfig, argv: Sequence[str]) -> list[str]:
     """The arguments a run's program starts with, from ``program:`` as rendered: ``python``
     or ``python3`` as its first word is the interpreter that runs plugdrop (another one is
     named by its path or version, ``python3.11``); with ``attach_to``, the script or module
-    runs under the bootstrap (``python [OPTIONS] -m plugdrop.bootstrap SCRIPT ARGS``)."""
+    runs under the bootstrap (``python [OPTIONS] -m plugdrop.bootstrap SCRIPT ARGS``); with
+    ``workdir: run`` the script's path is made absolute."""
     out = list(argv)
     if out and out[0] in ("python", "python3"):
         out[0] = sys.executable
+    at = _script_at(out)
+    if cfg.workdir == "run" and at is not None and cfg.cwd and not os.path.isabs(out[at]):
+        out[at] = os.path.join(cfg.cwd, out[at])  # it runs in the run's own folder
     if cfg.attach_to is not None:
         target = python_target(out)
         if target is not None:
@@ -212,10 +216,16 @@ def _executable_format(path: Path) -> bool:
 def _script(argv: Sequence[str]) -> str | None:
     """The script an interpreter is given (its first argument that is not an option), or
     ``None`` (no interpreter, a module ``-m``, a command ``-c``)."""
-    if not _INTERPRETER.fullmatch(os.path.basename(argv[0])):
+    at = _script_at(argv)
+    return None if at is None else argv[at]
+
+
+def _script_at(argv: Sequence[str]) -> int | None:
+    """Where in ``argv`` the script of :func:`_script` is."""
+    if not argv or not _INTERPRETER.fullmatch(os.path.basename(argv[0])):
         return None
     skip = False
-    for arg in argv[1:]:
+    for i, arg in enumerate(argv[1:], 1):
         if skip:
             skip = False
             continue
@@ -226,7 +236,7 @@ def _script(argv: Sequence[str]) -> str | None:
             continue
         if arg.startswith(("-", "+")):
             continue
-        return arg
+        return i
     return None
 
 

@@ -22,9 +22,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import socket
 import string
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,7 @@ from ..config.schema import fingerprint, settings
 from ..errors import ConfigError, one_line
 from ..progress import Progress
 from ..train import Dist, StopFlag, Stopped
-from . import contract, process
+from . import contract, dry, process
 from .follow import LinesFollower, SourceFollower
 from .judge import Judge, judged_before
 from .sources import Source
@@ -74,6 +76,25 @@ def _attempts(rd: runs.RunDir) -> int:
     return n
 
 
+def _chain_start(rd: runs.RunDir) -> int:
+    """The attempt the run's records start from: the last one that started over (not
+    resuming; the first when none says so)."""
+    try:
+        lines = rd.attempts.read_text().splitlines()
+    except OSError:
+        return 1
+    first = 1
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("resume") is False \
+                and isinstance(rec.get("attempt"), int):
+            first = rec["attempt"]
+    return first
+
+
 def _drop_torn_line(path: Path, what: str) -> None:
     """Remove a partial last line (a program killed while writing it), so that the next line
     the program appends stands on its own."""
@@ -102,6 +123,14 @@ class ExternalProgram:
     def prepare(self, d: Dist) -> None:
         contract.check_can_start(self.cfg)
         contract.check_spec_files(self.cfg)
+        if self.cfg.attach_to is not None and d.main:  # each variant on the real model
+            cwd = str(self.cfg.cwd) if self.cfg.workdir != "run" else tempfile.mkdtemp(
+                prefix="plugdrop-dry-work-")
+            try:
+                dry.say(dry.dry_start(self.cfg, cwd, self.judge.located))
+            finally:
+                if cwd != str(self.cfg.cwd):
+                    shutil.rmtree(cwd, ignore_errors=True)
 
     def manifest(self, d: Dist) -> dict[str, Any]:
         return {"trains": self.headline(d)[0], "sections": list(SECTIONS),
@@ -146,23 +175,44 @@ class ExternalProgram:
         return contract.RunPaths(spec=folder / "spec.yaml", run_dir=folder / "work",
                                  metrics=folder / rd.metrics.name)
 
+    def _cwd(self, rd: runs.RunDir) -> str:
+        """The folder the run's program runs in (``workdir``)."""
+        return str(self._paths(rd).run_dir if self.cfg.workdir == "run" else self.cfg.cwd)
+
     def _values(self, rd: runs.RunDir) -> dict[str, Any]:
         """What the placeholders of a run stand for."""
         paths = self._paths(rd)
         return {"seed": rd.seed, "variant": rd.variant, "spec": str(paths.spec),
                 "run_dir": str(paths.run_dir), "metrics": str(paths.metrics)}
 
+    def _resume_args(self, rd: runs.RunDir) -> list[str] | None:
+        """The arguments a resumed attempt is given (``resume_args``), or ``None`` when it is
+        given none (none set, or its ``if_exists`` file is missing)."""
+        values = self._values(rd)
+        extra = self.cfg.resume_args
+        if extra is None:
+            return None
+        exists = extra.if_exists
+        if exists is None or Path(self._cwd(rd),
+                                  string.Formatter().vformat(exists, (), values)).exists():
+            return extra.render(**values)
+        return None
+
     def _argv(self, rd: runs.RunDir, resumed: bool = False) -> list[str]:
         """The run's arguments (``resume_args`` added when it resumes)."""
-        values = self._values(rd)
-        argv = self.program.render(**values)
-        extra = self.cfg.resume_args
-        if resumed and extra is not None:
-            exists = extra.if_exists
-            if exists is None or Path(self.cfg.cwd or ".",
-                                      string.Formatter().vformat(exists, (), values)).exists():
-                argv += extra.render(**values)
+        argv = self.program.render(**self._values(rd))
+        if resumed:
+            argv += self._resume_args(rd) or []
         return contract.argv_of(self.cfg, argv)
+
+    def _continues(self, rd: runs.RunDir) -> bool:
+        """Whether an attempt after an unfinished one continues it: given ``resume_args``
+        (their file exists), or, without ``resume_args`` and ``metrics_from``, a program of the
+        run contract (``PLUGDROP_RESUME=1`` tells it to resume). A script as it is, given no
+        way to resume, starts over: clean."""
+        if self.cfg.resume_args is not None:
+            return self._resume_args(rd) is not None
+        return self.cfg.metrics_from is None
 
     def source(self, rd: runs.RunDir) -> Source | None:
         """Where the run's program writes its metrics (``metrics_from``), or ``None``: the
@@ -172,8 +222,8 @@ class ExternalProgram:
             return None
         path = None
         if spec.kind != "stdout":
-            path = Path(self.cfg.cwd or ".", spec.path(**self._values(rd)))
-        return Source(spec, path, rd.path / "logs")
+            path = Path(self._cwd(rd), spec.path(**self._values(rd)))
+        return Source(spec, path, rd.path / "logs", first=_chain_start(rd))
 
     def rejudges(self, rd: runs.RunDir) -> bool:
         return judged_before(rd, self.judge) == "rejudge"
@@ -185,14 +235,14 @@ class ExternalProgram:
         before = _attempts(rd)
         # trained, and judged failed under the same settings: the program changed, so the run
         # trains again from the start; what the earlier attempts left is kept beside
-        fresh = before == 0 or after_judging == "retrain"
-        if after_judging == "retrain":
+        fresh = before == 0 or after_judging == "retrain" or not self._continues(rd)
+        if before and fresh:  # it starts over: what the earlier attempts left is set aside
             self._set_aside(rd, before)
         variant = self.cfg.variant(rd.variant)
         rd.start({"id": rd.id, "variant": rd.variant, "seed": rd.seed,
                   "attachments": [a.describe() for a in variant.attachments],
                   "grid": dict(variant.grid), "config_hash": self.cfg.hash(),
-                  "program": self._argv(rd), "cwd": self.cfg.cwd}, fresh=fresh)
+                  "program": self._argv(rd), "cwd": self._cwd(rd)}, fresh=fresh)
         if not fresh:
             _drop_torn_line(rd.metrics, f"the metrics of run {rd.id}")
         runs.append_line(rd.attempts, {"attempt": before + 1, "resume": not fresh,
@@ -234,6 +284,9 @@ class ExternalProgram:
         err_log = logs / f"attempt-{start.attempt}.stderr"
         env = contract.environment(os.environ, rd.id, rd.variant, rd.seed, paths, start.resumed,
                                    cfg.attach_to)
+        if cfg.workdir == "run":  # modules beside the script still import
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cfg.cwd),
+                                                            env.get("PYTHONPATH")) if p)
         argv = self._argv(rd, start.resumed)
         progress.program_start(rd.variant, rd.seed, start.attempt, start.resumed)
         source = self.source(rd)
@@ -274,7 +327,7 @@ class ExternalProgram:
                     raise runs.storage_error(e, path, f"the output of run {rd.id}") from None
             keep = [lock.file.fileno()] if lock.file is not None else []
             try:
-                return process.start(argv, str(self.cfg.cwd), env, fds[0], fds[1], keep)
+                return process.start(argv, self._cwd(rd), env, fds[0], fds[1], keep)
             except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
                 raise ConfigError(f"{self.cfg.loc('program')}: program: {shlex.join(argv)} "
                                   f"cannot start on {socket.gethostname()}: "

@@ -283,10 +283,13 @@ class Source:
         path: the source's path for this run (placeholders filled in, absolute); ``None`` for
             ``stdout``.
         logs: the run's ``logs`` folder (``attempt-N.stdout``: what ``stdout`` reads).
+        first: the first attempt whose output ``stdout`` reads (the last one that started
+            over: the records of the attempts before it are set aside).
     """
 
-    def __init__(self, spec: MetricsFrom, path: Path | None, logs: Path) -> None:
-        self.spec, self.path, self.logs = spec, path, logs
+    def __init__(self, spec: MetricsFrom, path: Path | None, logs: Path, first: int = 1
+                 ) -> None:
+        self.spec, self.path, self.logs, self.first = spec, path, logs, first
         self.pattern: Any = None
         self.refused: str | None = None  # a pattern the regex package does not take
         if spec.kind == "stdout":
@@ -341,11 +344,16 @@ class Source:
         text = _tail(self.path)
         return csv_records(text) if kind == "csv" else json_records(text)
 
+    def _attempts(self) -> list[Path]:
+        """The outputs of the attempts from :attr:`first` on, in their order."""
+        numbered = [(int(re.sub(r"\D", "", p.stem) or 0), p)
+                    for p in self.logs.glob("attempt-*.stdout")]
+        return [p for n, p in sorted(numbered) if n >= self.first]
+
     def _stdout_lines(self) -> tuple[list[str], Callable[[int], str]]:
-        """The lines of every attempt's output, in the order of the attempts, and what names
-        the place of the i-th (``line 3 of .../attempt-2.stdout``)."""
-        files = sorted(self.logs.glob("attempt-*.stdout"),
-                       key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+        """The lines of the output of every attempt from :attr:`first` on, in their order, and
+        what names the place of the i-th (``line 3 of .../attempt-2.stdout``)."""
+        files = self._attempts()
         if not files:
             raise FileNotFoundError(self.logs / "attempt-1.stdout")
         lines: list[str] = []
@@ -362,8 +370,7 @@ class Source:
 
     def mtime(self) -> Sequence[float]:
         """When the source last changed (what a follower compares)."""
-        paths: list[Path] = ([*self.logs.glob("attempt-*.stdout")] if self.path is None
-                             else [self.path])
+        paths: list[Path] = self._attempts() if self.path is None else [self.path]
         out = []
         for p in paths:
             try:

@@ -42,6 +42,14 @@ def check_command(cfg: AblationConfig, launcher: Launcher, options: LaunchOption
                               f"run plugdrop {command} alone and write them into the program "
                               f"(program: torchrun --standalone --nproc_per_node "
                               f"{max(world, nproc)} train.py ...)")
+        at_once = 1 if launcher.name == "local" else options.max_parallel
+        if cfg.workdir == "start" and at_once != 1:
+            raise ConfigError(f"--launcher {launcher.name} runs several runs at once, and every "
+                              f"run's program runs in {cfg.cwd} (workdir: start): what one "
+                              f"writes there by a relative path, another overwrites; set "
+                              f"workdir: run (each run in its own folder, OUT/runs/<run>/work) "
+                              f"or workdir: shared (the program writes only under {{run_dir}}), "
+                              f"or --max-parallel 1")
     else:
         config.batch_per_process(cfg, max(world, options.nproc_per_run))
     return gpus_for_jobs(cfg, launcher.name, options)

@@ -122,7 +122,8 @@ def _run(strategy: Strategy, launcher: Launcher, options: LaunchOptions,
     logged = strategy.cfg.program is not None
     folder = strategy.runs_in
 
-    fail_fast = FailFast(info, ctx.ended_before)
+    fail_fast = FailFast(info, ctx.ended_before,
+                         1 if launcher.name == "local" else options.max_parallel or 2)
 
     def on_end(rd: runs.RunDir, status: str, detail: str | None) -> None:
         run = on_rank0(d, lambda: load_run(folder, rd.variant, rd.seed, hashed, logged, []))

@@ -7,7 +7,10 @@
 - the first run of a variant with attachments that completes without its receipt (the
   program never attached it) stops it the same way;
 - an ablation whose first round's runs all failed the same way (a program that cannot import
-  its dependencies, say) stops after that round instead of starting another.
+  its dependencies, say) stops after that round instead of starting another; and as soon as
+  one run per parallel slot (``slots``; two at least) failed so, before any finished, when the
+  baseline's run is among them or they are of two variants (a fixed design's first round is
+  every run).
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ class FailFast:
         before: the runs that ended before this invocation (read when first needed).
     """
 
-    def __init__(self, info: StudyInfo, before: Callable[[], list[Run]]) -> None:
-        self.info, self.before = info, before
+    def __init__(self, info: StudyInfo, before: Callable[[], list[Run]], slots: int = 1
+                 ) -> None:
+        self.info, self.before, self.slots = info, before, max(1, slots)
         self.finished: bool | None = None
         self.attached: bool | None = None
         self.first_round: list[tuple[runs.RunDir, str]] = []
@@ -96,6 +100,31 @@ class FailFast:
                               f"(the run trains again from the start, its program's folder "
                               f"kept as work.before-N; with receipt: false instead it is "
                               f"judged again, not trained again)")
+        if reason is None and failed.get("exit_status") and not failed.get("signal") \
+                and not failed.get("timed_out"):
+            self._alike()
+
+    def _alike(self) -> None:
+        """Stop when the first round's first runs, one per slot at least, all failed the same
+        way before any finished (see the module)."""
+        if self.info.rounds != 1 or self.finished or not self.info.strategy.hashed:
+            return
+        ended = self.first_round
+        cfg = self.info.cfg
+        variants = {rd.variant for rd, _ in ended}
+        baseline = any(v in cfg.variant_names and not cfg.variant(v).attachments
+                       for v in variants)
+        if len(ended) < max(2, self.slots) or len({_cause(e, rd) for rd, e in ended}) != 1 \
+                or not (
+                baseline or len(variants) > 1):
+            return
+        rd, error = ended[-1]
+        raise ConfigError(f"{cfg.loc('program')}: the first {len(ended)} run"
+                          f"{'s' * (len(ended) > 1)} failed the same way before any finished "
+                          f"({', '.join(r.id for r, _ in ended)}), so no further run is "
+                          f"started: {error} (see {rd.path / 'failed.json'}); fix it, then "
+                          f"continue with plugdrop {self.info.command} {cfg.source} --out "
+                          f"{self.info.out} --resume")
 
     def round_ended(self, failed: Sequence[str], finished: Sequence[str]) -> None:
         """The first round ended: stop when every one of its runs failed the same way (an

@@ -33,8 +33,9 @@ def config(*, budget: int = 80, seed: int = 0, seeds: str = "{min: 3, max: 6}",
            extra: str = "", space: str = SPACE, program: str | None = None) -> str:
     """A search config around ``search_target.py``."""
     program = program or json.dumps([sys.executable, "search_target.py"])
-    return (f"program: {program}\ndecide_on: {{metric: score, goal: max}}\nmargin: 0.005\n"
-            f"seeds: {seeds}\nvariants:\n  baseline: []\nsearch:\n  budget: {budget}\n"
+    # the program writes only under {run_dir}: its runs may share the working directory
+    return (f"program: {program}\nworkdir: shared\ndecide_on: {{metric: score, goal: max}}\n"
+            f"margin: 0.005\nseeds: {seeds}\nvariants:\n  baseline: []\nsearch:\n  budget: {budget}\n"
             f"  seed: {seed}\n{extra}  space:\n{space}")
 
 
