@@ -383,7 +383,7 @@ def test_train_size_draws_the_same_images_whatever_the_seed(digits):
     assert ((counts - shares).abs() < 1).all()  # each class keeps its share
     xt = a.train.tensors[0]
     assert torch.allclose(xt.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5)
-    # a fraction of the split; a larger draw of the same data is another set of images
+    # a fraction of the split: round(0.25 x 1438) images
     assert len(build_datasets(parse_data_spec("digits"), image_size=16, val_fraction=0.2,
                               augment=None, model=None, train_size=0.25).train) == 360
 
