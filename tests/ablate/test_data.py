@@ -357,3 +357,136 @@ def test_loader_errors():
 
 def test_default_workers():
     assert 1 <= default_workers() <= 8
+
+
+# ----------------------------------------------------------------------------- train_size
+
+def test_train_size_draws_the_same_images_whatever_the_seed(digits):
+    """``train_size`` trains on a fixed part of the training split: the same images in every
+    build, whatever the global random state (a run's seed), stratified by class, normalized
+    with its own statistics; the validation split stays whole."""
+    from plugdrop.ablate.data.subset import draw_train
+
+    torch.manual_seed(0)
+    a = build_datasets(parse_data_spec("digits"), image_size=16, val_fraction=0.2,
+                       augment=None, model=None, train_size=300)
+    torch.manual_seed(1)
+    b = build_datasets(parse_data_spec("digits"), image_size=16, val_fraction=0.2,
+                       augment=None, model=None, train_size=300)
+    assert len(a.train) == 300 and torch.equal(a.train.tensors[0], b.train.tensors[0])
+    assert torch.equal(a.val.tensors[1], digits.val.tensors[1])  # validation: all 359
+    full = digits.train.tensors[1].tolist()
+    chosen = draw_train(full, len(full), 300, "digits")
+    assert torch.equal(a.train.tensors[1], torch.tensor([full[i] for i in chosen]))
+    counts = torch.bincount(a.train.tensors[1], minlength=10)
+    shares = torch.bincount(digits.train.tensors[1], minlength=10) * 300 / len(full)
+    assert ((counts - shares).abs() < 1).all()  # each class keeps its share
+    xt = a.train.tensors[0]
+    assert torch.allclose(xt.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5)
+    # a fraction of the split: round(0.25 x 1438) images
+    assert len(build_datasets(parse_data_spec("digits"), image_size=16, val_fraction=0.2,
+                              augment=None, model=None, train_size=0.25).train) == 360
+
+
+def test_draw_train_keeps_every_class():
+    from plugdrop.ablate.data.subset import draw_train
+
+    labels = [0] * 90 + [1] * 9 + [2] * 1   # a rare class keeps one image
+    chosen = draw_train(labels, 100, 10, "x")
+    assert chosen is not None and len(chosen) == 10 and chosen == sorted(chosen)
+    assert sorted(labels[i] for i in chosen) == [0] * 8 + [1] + [2]
+    assert draw_train(labels, 100, None, "x") is None
+    assert draw_train(None, 100, 7, "x") == draw_train(None, 100, 7, "x")
+    assert len(set(draw_train(None, 100, 100, "x"))) == 100
+
+
+def test_train_size_of_folders_and_torchvision(tmp_path):
+    root = str(_gen.image_folder(tmp_path / "imgs"))       # pooled: 18 train / 6 val
+    full = build(root)
+    part = build_datasets(parse_data_spec(root), image_size=16, val_fraction=0.25,
+                          augment=None, model=None, train_size=6)
+    assert len(part.train) == 6 and set(part.train.indices) <= set(full.train.indices)
+    assert part.val.indices == full.val.indices
+    assert sorted(part.train[i][1] for i in range(6)) == [0, 0, 1, 1, 2, 2]
+    assert part.files == full.files  # the scanned list (what a resume compares) is the whole
+    split = str(_gen.split_folder(tmp_path / "d"))        # train/ (12) + val/ (6)
+    d = build_datasets(parse_data_spec(split), image_size=16, val_fraction=0.25, augment=None,
+                       model=None, train_size=0.5)
+    assert (len(d.train), len(d.val)) == (6, 6)
+    assert sorted(d.train[i][1] for i in range(6)) == [0, 0, 0, 1, 1, 1]
+    mnist = {"name": "MNIST", "root": str(_gen.fake_mnist(tmp_path / "tv"))}  # 20 train
+    t = build_datasets(parse_data_spec(mnist), image_size=16, val_fraction=0.25, augment=None,
+                       model=None, train_size=10)
+    assert len(t.train) == 10 and sorted(t.train[i][1] for i in range(10)) == list(range(10))
+
+
+@pytest.mark.parametrize("value, match", [
+    (2000, "train_size: 2000 is more than the 1438 images of the training split of digits; "
+           "give at most 1438"),
+    (5, "train_size: 5 (5 images) cannot hold one image of each of the 10 classes"),
+    (0, "train_size: expected a whole number of images >= 1 or a fraction in (0, 1), got 0"),
+    (1.5, "got 1.5"),
+    (True, "got True"),
+])
+def test_train_size_errors_when_the_data_is_read(value, match):
+    with pytest.raises(ConfigError) as err:
+        build_datasets(parse_data_spec("digits"), image_size=16, val_fraction=0.2,
+                       augment=None, model=None, train_size=value)
+    assert match in one_line(err)
+
+
+@pytest.mark.parametrize("line, match", [
+    ("train_sise: 300", "unknown setting 'train_sise' (did you mean 'train_size'?)"),
+    ("train_size: 0", "train_size must be a whole number of training images >= 1 (300), a "
+                      "fraction of the training split in (0, 1) (0.25), or none for all of it, "
+                      "got 0"),
+    ("train_size: 1.0", "got 1.0"),
+    ("train_size: 300 images", "got '300 images'"),
+    ("train_size: true", "got True"),
+    ("train_size: [300]", "got [300]"),
+])
+def test_train_size_config_errors(tmp_path, line, match):
+    from plugdrop.ablate import config
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"model: resnet10t\n{line}\nvariants:\n  baseline: []\n")
+    with pytest.raises(ConfigError) as err:
+        config.load(path)
+    assert one_line(err).startswith(f"{path}:2:") and match in str(err.value)
+
+
+def test_train_size_enters_the_hash_away_from_its_default(tmp_path):
+    from plugdrop.ablate import config
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model: resnet10t\nvariants:\n  baseline: []\n")
+    plain = config.load(path)
+    assert config.load(path, config.parse_overrides(["train_size=null"])).hash() == plain.hash()
+    some = config.load(path, config.parse_overrides(["train_size=300"]))
+    assert some.train_size == 300 and some.resolved()["train_size"] == 300
+    assert some.hash() != plain.hash()
+    assert config.load(path, config.parse_overrides(["train_size=0.25"])).hash() not in (
+        plain.hash(), some.hash())
+
+
+@pytest.mark.slow
+def test_train_size_is_recorded_and_a_resume_that_changes_it_is_refused(tmp_path, capsys):
+    import json
+
+    from _runner_helpers import SMALL, write
+
+    from plugdrop.cli import main
+
+    path = write(tmp_path, SMALL.replace("epochs: 2", "epochs: 1\ntrain_size: 256")
+                 .replace("  dropblock:\n    - {layers: \"layer1.*\", transform: DropBlock, "
+                          "p: 0.1, block_size: 3}\n", ""))
+    out = tmp_path / "out"
+    assert main(["ablate", str(path), "--out", str(out)]) == 0
+    doc = json.loads((out / "ablation.json").read_text())
+    assert doc["config"]["train_size"] == 256 and doc["data"]["train"] == 256
+    assert "(256 train / 359 val" in capsys.readouterr().out
+    assert main(["ablate", str(path), "--out", str(out), "--resume",
+                 "--set", "train_size=512"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "holds the runs of another config (differs in: train_size)" in err

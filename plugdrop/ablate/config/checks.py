@@ -174,6 +174,16 @@ def data(v: Value) -> Any:
     return replace(spec, written=written)
 
 
+def train_size(v: Value) -> Any:
+    """``none`` (all of the training split), a whole number of images ``>= 1`` or a fraction
+    in (0, 1); whether the data holds that many is checked when it is loaded."""
+    v.need(v.value is None or (is_int(v.value) and v.value >= 1)
+           or (isinstance(v.value, float) and 0 < v.value < 1),
+           "a whole number of training images >= 1 (300), a fraction of the training split "
+           "in (0, 1) (0.25), or none for all of it")
+    return v.value
+
+
 def workers(v: Value) -> Any:
     v.need(v.value == "auto" or (is_int(v.value) and v.value >= 0), "auto or an integer >= 0")
     return v.value

@@ -102,6 +102,11 @@ class AblationConfig:
     val_fraction: float = setting(
         0.2, group="Data", check=C.number("in (0, 1)", lambda v: 0 < v < 1),
         help="share held out for validation, for data without a validation split")
+    train_size: int | float | None = setting(
+        None, group="Data", check=C.train_size, hashed=AWAY_FROM_DEFAULT,
+        help="train on this many images of the training split (`300`) or this share (`0.25`), "
+             "drawn once: the same images for every variant, seed and process, each class "
+             "keeping its share; the validation split stays whole; none: all of it")
     workers: int | str = setting(
         "auto", group="Data", check=C.workers, hashed=False,
         help="DataLoader worker processes: `auto` = CPUs - 1, at most 8 (in-memory digits "
@@ -236,8 +241,6 @@ class AblationConfig:
     #: what the loader read, as plain data: ``{"text": YAML, "overrides": [...]}`` (see
     #: :func:`~plugdrop.ablate.config.stored`); how the jobs of an ablation read it back
     origin: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    # -- derived ----------------------------------------------------------------------------
 
     def variant(self, name: str) -> Variant:
         """The variant called ``name`` (``KeyError`` when there is none)."""
@@ -384,8 +387,7 @@ def resolved_default(name: str) -> Any:
 
 
 def loop_settings() -> list[str]:
-    """The settings of plugdrop's own training loop (:attr:`Setting.loop`), which do not apply
-    to a ``program:``."""
+    """The settings of plugdrop's own loop (:attr:`Setting.loop`), not for a ``program:``."""
     return [name for name, s in settings().items() if s.loop]
 
 
@@ -395,6 +397,5 @@ def unhashed() -> list[str]:
 
 
 def judging() -> list[str]:
-    """The settings that only judge the runs (:data:`~.setting.JUDGES`): the decision metric,
-    margin, alpha, spending, passing and where a program's metrics are read."""
+    """The settings that only judge the runs (:data:`~.setting.JUDGES`): ``decide_on``, ..."""
     return [name for name, s in settings().items() if s.hashed == JUDGES]

@@ -12,6 +12,10 @@ Three kinds of data, named by a config's ``data:`` key (see :func:`parse_data_sp
 * a torchvision data set class with a local root, ``{name: CIFAR10, root: /data/cifar}``; nothing is
   ever downloaded.
 
+``train_size`` trains on part of the training split (:func:`~.subset.draw_train`): a fixed
+draw, the same images for every variant, seed and process, each class keeping its share; the
+validation split stays whole.
+
 Preprocessing of folder and torchvision data comes from timm's data package
 (:func:`timm.data.resolve_data_config` with the model's pretrained config, so normalization follows
 the model, and :func:`timm.data.create_transform`). Without ``augment`` both splits get timm's
@@ -37,6 +41,7 @@ from torch.utils.data import Dataset, Subset, TensorDataset
 from ..errors import ConfigError
 from .images import AugmentedTensors, BadImageLog, ImageFiles, TorchvisionImages
 from .spec import DataSpec, check_tv_options, close_names, torchvision_names
+from .subset import draw_train, targets_of
 from .transforms import check_augment, make_transforms
 
 __all__ = ["BAD_IMAGES", "DataSets", "SPLIT_SEED", "VAL_SPLIT_NAMES", "build_datasets",
@@ -44,7 +49,6 @@ __all__ = ["BAD_IMAGES", "DataSets", "SPLIT_SEED", "VAL_SPLIT_NAMES", "build_dat
 
 #: Seed of the fixed train/validation split of data sets that come as one pool of images.
 SPLIT_SEED = 1234
-
 #: Folder names taken as the validation split next to ``train/`` (first match wins).
 VAL_SPLIT_NAMES = ("val", "valid", "validation", "eval", "test")
 
@@ -136,7 +140,8 @@ def load_digits() -> tuple[Any, Any]:
     return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
 
-def _digits(image_size: int, val_fraction: float, augment: dict[str, Any] | None) -> DataSets:
+def _digits(image_size: int, val_fraction: float, augment: dict[str, Any] | None,
+            train_size: int | float | None) -> DataSets:
     images, target = load_digits()
     x = torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
     x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
@@ -146,6 +151,9 @@ def _digits(image_size: int, val_fraction: float, augment: dict[str, Any] | None
     perm = torch.randperm(len(x), generator=g)
     n_val = held_out(len(x), val_fraction, "digits")
     xt, yt, xv, yv = x[perm[n_val:]], y[perm[n_val:]], x[perm[:n_val]], y[perm[:n_val]]
+    chosen = draw_train(yt.tolist(), len(yt), train_size, "digits")
+    if chosen is not None:
+        xt, yt = xt[chosen], yt[chosen]
     mean = xt.mean(dim=(0, 2, 3), keepdim=True)
     std = xt.std(dim=(0, 2, 3), keepdim=True).clamp(min=1e-6)
     config: dict[str, Any] = {"input_size": (3, image_size, image_size),
@@ -205,7 +213,8 @@ def _scan(folder: Path, classes: list[str] | None) -> tuple[list[tuple[str, int]
 
 
 def _folder(spec: DataSpec, image_size: int, val_fraction: float, augment: dict[str, Any] | None,
-            model: torch.nn.Module | str | None, bad_images: str) -> DataSets:
+            model: torch.nn.Module | str | None, bad_images: str,
+            train_size: int | float | None) -> DataSets:
     root = Path(spec.name).expanduser()
     if not root.exists():
         close = close_names(spec.name, torchvision_names())
@@ -224,12 +233,17 @@ def _folder(spec: DataSpec, image_size: int, val_fraction: float, augment: dict[
         train_samples, classes = _scan(train_dir, None)
         val_samples, _ = _scan(val_dir, classes)
         train: Dataset = ImageFiles(train_samples, train_tf or eval_tf, bad_images, log)
+        chosen = draw_train([label for _, label in train_samples], len(train_samples),
+                            train_size, str(root))
+        train = train if chosen is None else Subset(train, chosen)
         val: Dataset = ImageFiles(val_samples, eval_tf, bad_images, log)
         scanned = train_samples + val_samples
     else:
         pool = train_dir if train_dir is not None and len(subdirs) == 1 else root
         samples, classes = _scan(pool, None)
         ti, vi = _split_indices(len(samples), val_fraction, str(pool))
+        chosen = draw_train([samples[i][1] for i in ti], len(ti), train_size, str(root))
+        ti = ti if chosen is None else [ti[i] for i in chosen]
         train = Subset(ImageFiles(samples, train_tf or eval_tf, bad_images, log), ti)
         val = Subset(ImageFiles(samples, eval_tf, bad_images, log), vi)
         scanned = samples
@@ -239,7 +253,7 @@ def _folder(spec: DataSpec, image_size: int, val_fraction: float, augment: dict[
 
 def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,
                 augment: dict[str, Any] | None, model: torch.nn.Module | str | None,
-                bad_images: str) -> DataSets:
+                bad_images: str, train_size: int | float | None) -> DataSets:
     import torchvision.datasets as tvd
 
     cls = getattr(tvd, spec.name)
@@ -292,10 +306,8 @@ def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,
     assert base_val is not None
     classes = getattr(base_train, "classes", None)
     if not classes:
-        targets = getattr(base_train, "targets", None)
-        if targets is None:
-            targets = getattr(base_train, "labels", None)
-        n = int(torch.as_tensor(targets).max()) + 1 if targets is not None and len(targets) else 0
+        targets = targets_of(base_train)
+        n = max(targets) + 1 if targets else 0
         classes = [str(i) for i in range(n)]
     train_tf, eval_tf, cfg = make_transforms(augment, model, image_size)
     log = BadImageLog(bad_images)
@@ -303,12 +315,19 @@ def _tv_dataset(spec: DataSpec, image_size: int, val_fraction: float,
     val: Dataset = TorchvisionImages(base_val, eval_tf, bad_images, log, spec.name)
     if ti is not None and vi is not None:
         train, val = Subset(train, ti), Subset(val, vi)
+    if train_size is not None:
+        labels = targets_of(base_train)
+        chosen = draw_train(None if labels is None else labels if ti is None else
+                            [labels[i] for i in ti], len(train),  # type: ignore[arg-type]
+                            train_size, spec.name)
+        train = train if chosen is None else Subset(train, chosen)
     return DataSets(train, val, list(map(str, classes)), spec.name, False, log.count, cfg)
 
 
 def build_datasets(spec: DataSpec, *, image_size: int, val_fraction: float,
                    augment: Mapping[str, Any] | None, model: torch.nn.Module | str | None,
-                   bad_images: str = "error") -> DataSets:
+                   bad_images: str = "error", train_size: int | float | None = None
+                   ) -> DataSets:
     """The training and validation data sets of ``spec``.
 
     Args:
@@ -325,6 +344,9 @@ def build_datasets(spec: DataSpec, *, image_size: int, val_fraction: float,
         bad_images: ``"error"`` (default): an unreadable image stops the loader with
             :class:`ConfigError` naming the file; ``"skip"``: it is dropped from its batch and
             counted (:attr:`DataSets.bad_images`).
+        train_size: train on this many images of the training split (an integer), or this
+            fraction of it (in (0, 1)), drawn once by :func:`~.subset.draw_train` (the same images for
+            every run); ``None`` (default): all of it. The validation split stays whole.
 
     Returns:
         the :class:`DataSets`. Folder and torchvision data are only scanned here; images are read
@@ -332,7 +354,8 @@ def build_datasets(spec: DataSpec, *, image_size: int, val_fraction: float,
 
     Raises:
         ConfigError: a bad setting, a missing path or data set, a folder without two classes or
-            with an empty class folder, an unknown ``augment`` key or a value timm rejects.
+            with an empty class folder, an unknown ``augment`` key or a value timm rejects, a
+            ``train_size`` larger than the training split.
     """
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
         raise ConfigError(f"image_size: expected a positive integer, got {image_size!r}")
@@ -342,9 +365,10 @@ def build_datasets(spec: DataSpec, *, image_size: int, val_fraction: float,
         raise ConfigError(f"bad_images: expected 'error' or 'skip', got {bad_images!r}")
     aug = check_augment(augment)
     if spec.kind == "digits":
-        return _digits(image_size, float(val_fraction), aug)
+        return _digits(image_size, float(val_fraction), aug, train_size)
     if spec.kind == "folder":
-        return _folder(spec, image_size, float(val_fraction), aug, model, bad_images)
+        return _folder(spec, image_size, float(val_fraction), aug, model, bad_images, train_size)
     if spec.kind == "torchvision":
-        return _tv_dataset(spec, image_size, float(val_fraction), aug, model, bad_images)
+        return _tv_dataset(spec, image_size, float(val_fraction), aug, model, bad_images,
+                           train_size)
     raise ConfigError(f"data: unknown kind {spec.kind!r} (digits, folder or torchvision)")

@@ -35,7 +35,7 @@ def load_data(cfg: AblationConfig) -> DataSets:
         return build_datasets(cfg.data, image_size=cfg.image_size,
                               val_fraction=cfg.val_fraction, augment=cfg.augment,
                               model=None if ":" in cfg.model else cfg.model,
-                              bad_images=cfg.bad_images)
+                              bad_images=cfg.bad_images, train_size=cfg.train_size)
     except ConfigError as e:
         raise ConfigError(locate(cfg, one_line(e), "data")) from None
 
