@@ -312,14 +312,12 @@ class AblationConfig:
         return out
 
     @property
-    def cwd(self) -> str | None:
-        """The working directory the config was loaded in (a program runs there)."""
+    def cwd(self) -> str | None:  # the working directory the config was loaded in
         return self.origin.get("cwd") if isinstance(self.origin.get("cwd"), str) else None
 
     def hash(self) -> str:
-        """A fingerprint of every setting that changes results (:attr:`Setting.hashed`); with
-        ``program:``, of the working directory it runs in too (``python train.py`` there).
-        Computed once per config object (it is frozen)."""
+        """A fingerprint of every setting that changes results (:attr:`Setting.hashed`), with
+        ``program:`` of its working directory too; computed once (the config is frozen)."""
         return self._hash
 
     @functools.cached_property
@@ -333,8 +331,8 @@ class AblationConfig:
         return resolved
 
     def judged_hash(self) -> str:
-        """The hash with the settings that only judge in it, as versions before 0.2 computed
-        :meth:`hash` (what their folders record; a search's fingerprint keeps them too)."""
+        """The hash with the settings that only judge in it, as versions before 0.2 computed it
+        (what their folders record; a search's fingerprint keeps them too)."""
         return fingerprint(self._hashed(), settings(), judging=True)
 
     def attached_layers(self) -> list[Any]:
