@@ -59,7 +59,13 @@ def constants() -> Iterator[None]:
     of ones): outside inference mode (an inference tensor cannot enter a recorded graph),
     without autograd, and outside any ``torch.func`` transform (made inside ``jvp`` or
     ``vmap``, a tensor is the transform's wrapper, without storage, and dead once it
-    returns)."""
+    returns). While ``torch.compile`` traces, nothing: a tensor made there is a graph value
+    (dynamo keeps it, then treats it as an input), and dynamo cannot trace the construction
+    of ``_DisableFuncTorch`` on every torch (2.11's fails with "Attempted to call function
+    marked as skipped")."""
+    if torch.compiler.is_compiling():
+        yield
+        return
     with torch.inference_mode(False), torch.no_grad(), torch._C._DisableFuncTorch():
         yield
 
