@@ -20,3 +20,11 @@ echo "bench-gpu: exit status $?" | tee -a "$out/bench.log"
 cp benchmarks/RESULTS-cuda.md .benchmarks/cuda-rows.jsonl "$out/" 2>/dev/null
 timeout 120 python3 benchmarks/gpu_skip_syncs.py > "$out/skip-syncs.txt" 2>&1; tail -n 6 "$out/skip-syncs.txt"
 tail -n 40 "$out/bench.log"
+# 3. CUDA graphs and host time (at most 3.5 minutes): masks under torch.cuda.graph replays and
+# torch.compile(mode="reduce-overhead"), their GPU tests, the profiler's host time per call
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_cuda.py \
+  -k "graph or reduce_overhead" > "$out/graphs-tests.log" 2>&1
+echo "graph tests: exit status $?" | tee -a "$out/graphs-tests.log"
+timeout 120 python3 benchmarks/gpu_graphs.py > "$out/graphs.txt" 2> "$out/graphs.log"
+echo "gpu_graphs.py: exit status $?" | tee -a "$out/graphs.txt"
+cat "$out/graphs.txt"

@@ -53,13 +53,22 @@ def pop_hook(module: nn.Module, key: int) -> None:
         getattr(module, name, {}).pop(key, None)
 
 
-@contextlib.contextmanager
-def constants() -> Iterator[None]:
+def constants() -> contextlib.AbstractContextManager[None]:
     """Where tensors kept across calls are made (cached scale maps, 0-dim settings, tensors
     of ones): outside inference mode (an inference tensor cannot enter a recorded graph),
     without autograd, and outside any ``torch.func`` transform (made inside ``jvp`` or
     ``vmap``, a tensor is the transform's wrapper, without storage, and dead once it
-    returns)."""
+    returns). While ``torch.compile`` traces, nothing: a tensor made there is a graph value
+    (dynamo keeps it, then treats it as an input), and dynamo cannot trace the construction
+    of ``_DisableFuncTorch`` on every torch (2.11's fails with "Attempted to call function
+    marked as skipped"; torch 2.4's cannot trace a generator's context manager at all)."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return _constants()
+
+
+@contextlib.contextmanager
+def _constants() -> Iterator[None]:
     with torch.inference_mode(False), torch.no_grad(), torch._C._DisableFuncTorch():
         yield
 

@@ -171,7 +171,33 @@ def triton_path(monkeypatch: pytest.MonkeyPatch) -> str:
                     "(TRITON_INTERPRET=1)")
     monkeypatch.setattr(gpu, "ON_CPU", True)
     _unsanitized_interpreter()
+    reason = _interpreter_fails()
+    if reason:
+        pytest.skip(reason)
     return "cpu"
+
+
+_INTERPRETER: list[str] = []
+
+
+def _interpreter_fails() -> str:
+    """Why this Triton's interpreter cannot run the kernels ("" where it can): each kernel
+    tried once on a tiny tensor, as a GPU's first use tries them (Triton 3.0, torch 2.4's,
+    cannot: its interpreter takes no literal int as ``tl.arange``'s bounds)."""
+    if not _INTERPRETER:
+        from plugdrop._kernels import gpu
+
+        try:
+            gpu._probe(torch.device("cpu"))
+            _INTERPRETER.append("")
+        except Exception as e:
+            import triton
+
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            _INTERPRETER.append(f"Triton {triton.__version__}'s interpreter cannot run the "
+                                f"kernels ({type(e).__name__}: {first}); on a GPU they are "
+                                f"tried at first use")
+    return _INTERPRETER[0]
 
 
 def _unsanitized_interpreter() -> None:

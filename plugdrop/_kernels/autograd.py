@@ -164,11 +164,12 @@ def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, c
     neither applies to ``x``, the same seeds from the generator's torch-op definition. ``call``:
     the kernel's call prepared for tensors like ``x`` (a :class:`.cext.Prepared`, or the
     Triton kernels' ``Prepared``), used if ``x`` fits it."""
-    k0, k1 = key.tolist()
     if triton_applies(x):
+        words = gpu.key_words(key)  # a key on the device is read there (CUDA graphs)
         if call is not None and call.fits(x):  # the plan's prepared launches
-            return call(x, k0, k1)
-        return gpu_blockdrop().block_drop(x, scale, (k0, k1), thresh, channels, valid, blocks)
+            return call(x, *words)
+        return gpu_blockdrop().block_drop(x, scale, words, thresh, channels, valid, blocks)
+    k0, k1 = key.tolist()
     if USE_CEXT:
         if isinstance(call, cext.Prepared) and call.fits(x):
             out = call(x, k0, k1)
@@ -211,10 +212,9 @@ def _noise(x: torch.Tensor, key: torch.Tensor, std: float, multiplicative: bool,
     if USE_TRITON and gpu.runs_on(x):
         from .gpu import noise  # imports Triton: only once a tensor needs it
 
-        k0, k1 = key.tolist()
         if x.stride() != strides:
             x = x.contiguous()  # the draw's memory order (strides are contiguous here)
-        return noise.noise(x, (k0, k1), std, multiplicative)
+        return noise.noise(x, gpu.key_words(key), std, multiplicative)
     out = cext.noise(x, key, std, multiplicative, strides)
     if out is None:
         raise RuntimeError("plugdrop: the noise kernel does not apply to this tensor")

@@ -64,7 +64,7 @@ class FusedPlan:
         self.meta = (*meta, call)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        key = cext.draw_key()
+        key = gpu.draw_key(x)  # on the device while a CUDA graph captures
         if not _compat.forward_ad_active() and (
                 not torch.is_grad_enabled()
                 or (not x.requires_grad and not _compat.functorch_active())):
@@ -75,8 +75,8 @@ class FusedPlan:
             # shape, strides and dtype (the plan's cache key).
             call = self.meta[4]
             if call is not None and (KA.USE_CEXT or not isinstance(call, cext.Prepared)):
-                k0, k1 = key.tolist()
-                out = call(x, k0, k1)
+                out = call(x, *(key.tolist() if isinstance(call, cext.Prepared)
+                                else gpu.key_words(key)))
                 if out is not None:
                     return out
             return KA.hashed_block_drop(x, self.scale, key, *self.meta)
@@ -153,7 +153,9 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     channels = 1 if shared_channels else c
     if isinstance(p, torch.Tensor):
         if kernel_ops.applies(view, p, rescale):
-            key = torch.randint(0, 2**32, (2,), dtype=torch.int64)
+            # on the device for the Triton kernel: compiled, a graph-safe draw there
+            key = torch.randint(0, 2**32, (2,), dtype=torch.int64,
+                                device=view.device if KA.triton_applies(view) else None)
             return restore(kernel_ops.block_drop(view, p, key, channels, list(blocks),
                                                  rescale == "expected"))
         return restore(_drop_block_traced(view, p, sizes, blocks, channels, rescale))

@@ -7,7 +7,7 @@ import torch
 
 from .. import _layout
 from . import autograd as KA
-from . import cext
+from . import gpu
 
 __all__ = ["gaussian_noise"]
 
@@ -26,7 +26,7 @@ def gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch.
     if (not isinstance(std, torch.Tensor) and KA.noise_applies(x)
             and not torch.compiler.is_compiling()):
         # The kernel draws the noise from a key taken from torch's generator: one pass.
-        key = cext.draw_key()
+        key = gpu.draw_key(x)  # on the device while a CUDA graph captures
         return KA.GaussianNoise.apply(x, key, key, (float(std), multiplicative, x.stride()))
     if isinstance(std, torch.Tensor):
         noise = torch.randn_like(x) * std.to(x.dtype)

@@ -5,7 +5,14 @@ Inductor cannot see into the C kernel, and its own route (a random number per po
 its CPU generator, blocks grown by a sliding-window OR) costs 20-30x the eager kernel; as an
 opaque op the compiled graph calls the same kernel as eager mode: compiling never makes
 DropBlock slower, and ``p`` stays a graph input (one graph for a whole ramp). The op reads
-``p`` on the host, so it is used on CPU tensors only (no device synchronization involved).
+``p`` on the host (a CPU tensor: no device synchronization involved).
+
+On an accelerator (the Triton kernels) the key is drawn on the device by the compiled graph
+(graph-safe: under ``mode="reduce-overhead"`` each replay draws a new one), and the op is
+tagged ``cudagraph_unsafe`` where torch has the tag: inductor's CUDA graphs are cut around it,
+so that it reads each step's ``p`` on the host and the constants it keeps per ``p`` are made
+outside a graph's memory pool (torch without the tag skips CUDA graphs for a graph with a CPU
+``p``).
 """
 
 from __future__ import annotations
@@ -22,11 +29,20 @@ from . import autograd as KA
 from . import cext, geometry, gpu
 
 
-@torch.library.custom_op("plugdrop::block_drop", mutates_args=())
+#: ``cudagraph_unsafe`` where this torch has it (and ``custom_op`` takes tags: torch 2.5 on)
+_UNSAFE = getattr(torch.Tag, "cudagraph_unsafe", None)
+_TAGS: dict[str, Any] = {"tags": (_UNSAFE,)} if _UNSAFE is not None else {}
+#: The schema, written out: torch 2.4 cannot infer it from this module's annotations (strings,
+#: under ``from __future__ import annotations``; ``list[int]``)
+_SCHEMA = "(Tensor x, Tensor p, Tensor key, int channels, int[] blocks, bool expected) -> Tensor"
+
+
+@torch.library.custom_op("plugdrop::block_drop", mutates_args=(), schema=_SCHEMA, **_TAGS)
 def block_drop(x: torch.Tensor, p: torch.Tensor, key: torch.Tensor, channels: int,
                blocks: list[int], expected: bool) -> torch.Tensor:
     """``x`` with DropBlock applied at probability ``p`` (the fused kernel, seeds drawn from
-    ``key``); ``expected``: rescale by the inverse keep probability, else not at all."""
+    ``key``: on the CPU, or on ``x``'s device for the Triton kernels, which read it there);
+    ``expected``: rescale by the inverse keep probability, else not at all."""
     scale, valid, bl, thresh = _plan(float(p), tuple(x.shape[2:]), tuple(blocks), expected,
                                      x.dtype, x.device)
     if math.prod(valid) == 0:  # pragma: no cover - blocks are clipped to the map

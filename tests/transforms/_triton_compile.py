@@ -84,6 +84,7 @@ def main(arch: int) -> None:
              ((2, 2, 4, 70), (1, 40), False), ((2, 2, 4, 70), (3, 3), True)]
     several = (1, 6)  # the geometries compiled in every dtype, with and without a scale
     key = (1, 2)
+    on_device = torch.tensor(key, dtype=torch.int64)  # the key read on the device (CUDA graphs)
     for n, (shape, blocks, shared) in enumerate(cases):
         sizes = shape[2:]
         valid = tuple(s - b + 1 for s, b in zip(sizes, blocks))
@@ -106,10 +107,15 @@ def main(arch: int) -> None:
                 scale = scale.double()
             for xx in layouts:
                 for s in ((scale, None) if n in several else (scale,)):
-                    blockdrop.prepare(xx, s, th, channels, valid, blocks)(xx, *key)
+                    call = blockdrop.prepare(xx, s, th, channels, valid, blocks)
+                    call(xx, *key)
+                    if n == 0 and dtype == torch.float32:
+                        call(xx, on_device)
     for dtype in (torch.float32, torch.bfloat16, torch.float64):
         for multiplicative in (False, True):
             noise.noise(torch.empty(4, 8, dtype=dtype), (1, 2 ** 31 + 3), 0.1, multiplicative)
+            if dtype == torch.float32:
+                noise.noise(torch.empty(4, 8, dtype=dtype), (on_device,), 0.1, multiplicative)
     print(f"{len(seen)} kernels compiled for sm_{arch}")
 
 

@@ -222,6 +222,81 @@ def test_through_the_functions_the_same_mask_as_the_c_kernel(device, monkeypatch
         assert torch.equal(y1, y2) and torch.equal(g1, g2)
 
 
+# ------------------------------------------------- the key on the device (CUDA graphs)
+
+def test_a_device_key_is_read_at_each_launch(device):
+    # A captured launch's arguments are fixed; a replay rewrites only memory (the key that
+    # torch's generator draws there). The kernels read a key on the device from memory: one
+    # prepared launch, its host state unchanged, draws a new mask once the key is advanced in
+    # place by a device op, and each mask is the one of its words passed on the host.
+    x = torch.randn(2, 4, 10, 10, device=device)
+    call = _gb().prepare(x, torch.ones(10, 10, device=device), cext.thresholds(0.1), 4,
+                         (8, 8), (3, 3))
+    key = torch.tensor([11, 2**32 - 22], dtype=torch.int64, device=device)
+    masks = []
+    for _ in range(2):
+        out = call(x, key)
+        assert torch.equal(out, call(x, *key.tolist()))
+        masks.append(out == 0)
+        key.random_(0, 2**32)  # the device's generator advances the key in place
+    assert all(m.any() for m in masks)
+    assert not torch.equal(masks[0], masks[1])
+
+
+def test_a_device_key_is_read_by_the_noise_kernel(device):
+    from plugdrop._kernels.gpu import noise
+
+    x = torch.zeros(4, 3, 10, 10, device=device)
+    key = torch.tensor([5, 2**32 - 7], dtype=torch.int64, device=device)
+    first = noise.noise(x, (key,), 1.0, False)
+    assert torch.equal(first, noise.noise(x, tuple(key.tolist()), 1.0, False))
+    key.random_(0, 2**32)
+    second = noise.noise(x, (key,), 1.0, False)
+    assert torch.equal(second, noise.noise(x, tuple(key.tolist()), 1.0, False))
+    assert not torch.equal(first, second)
+
+
+_KEYED = {"drop_block": lambda t: F.drop_block(t, 0.2, 3),
+          "noise": lambda t: F.gaussian_noise(t, 0.5, multiplicative=True)}
+
+
+@pytest.mark.parametrize("name", list(_KEYED))
+def test_keys_drawn_on_the_device_keep_the_seeds_masks(device, monkeypatch, name):
+    # The kernels with every key drawn on the device by torch's generator (what a CUDA graph's
+    # capture does; Dropout2d's fused path is DropBlock's plan): torch.manual_seed reproduces
+    # a run of calls, forward and backward, and successive calls draw new masks. On the CPU
+    # the draw is the one of the eager key: the same masks as eager mode.
+    from plugdrop._kernels import gpu
+
+    fn = _KEYED[name]
+    x = torch.randn(4, 8, 8, 8, device=device, requires_grad=True)
+    w = torch.randn_like(x)
+    runs = []
+    for on in (True, False) if device == "cpu" else (True, True):
+        monkeypatch.setattr(gpu, "DEVICE_KEY", on)
+        torch.manual_seed(4)
+        ys = [fn(x) for _ in range(2)]
+        runs.append([(y.detach(), torch.autograd.grad(y, x, w)[0]) for y in ys])
+    (a1, a2), (b1, b2) = runs
+    for u, v in ((a1, b1), (a2, b2)):
+        assert torch.equal(u[0], v[0]) and torch.equal(u[1], v[1])
+    assert not torch.equal(a1[0], a2[0])
+
+
+def test_the_key_is_drawn_on_the_device_only_while_a_graph_captures(monkeypatch):
+    from plugdrop._kernels import gpu
+
+    x = torch.ones(2, 3, 4, 4)
+    assert gpu.draw_key(x).device.type == "cpu" and not gpu.DEVICE_KEY
+    torch.manual_seed(1)
+    host = gpu.draw_key(x)
+    torch.manual_seed(1)
+    assert torch.equal(host, cext.draw_key())  # eager: the C kernel's key, unchanged
+    assert gpu.key_words(host) == tuple(host.tolist())
+    monkeypatch.setattr(gpu, "DEVICE_KEY", True)
+    assert gpu.key_words(host)[0] is host
+
+
 # ------------------------------------------------------------------- the transforms' law
 
 @pytest.mark.parametrize("p,size,block", [(0.1, 14, 7), (0.3, 8, 3), (0.05, 28, 5),
@@ -298,6 +373,13 @@ def test_every_kernel_compiles_for_an_h100(tmp_path):
 
     if not gpu.available():
         pytest.skip("Triton is not installed here")
+    try:  # what the compiling script types arguments with (Triton 3.3 on)
+        from triton._C.libtriton import native_specialize_impl  # noqa: F401
+    except ImportError:
+        import triton
+
+        pytest.skip(f"Triton {triton.__version__} has no native_specialize_impl, which the "
+                    f"compile check types the kernels' arguments with")
     script = os.path.join(os.path.dirname(__file__), "_triton_compile.py")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled here, not taken from a cache
@@ -344,6 +426,34 @@ def test_compiled_is_one_graph_with_the_eager_mask_for_a_key(device):
                                (3, 3))
         assert torch.equal(y_eager.detach(), ref)
     assert len(counts) == 1
+    torch._dynamo.reset()
+
+
+def test_the_compiled_op_is_left_out_of_inductors_cuda_graphs():
+    # It reads p on the host (a graph replay would keep the p of its capture) and keeps
+    # constants per p (made in a graph's memory pool, untracked: "Detected 2 tensor(s) in the
+    # cudagraph pool not tracked as outputs"): inductor cuts its CUDA graphs around it.
+    tag = getattr(torch.Tag, "cudagraph_unsafe", None)
+    if tag is None:
+        pytest.skip("this torch has no cudagraph_unsafe tag (a CPU p skips CUDA graphs)")
+    assert tag in torch.ops.plugdrop.block_drop.default.tags
+
+
+def test_the_compiled_key_is_drawn_on_the_kernels_device(device):
+    # traced: the key of a tensor the Triton kernels serve is drawn on its device (inductor's
+    # graph-safe generator there), the C kernel's on the CPU
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    x = torch.randn(2, 4, 12, 12, device=device)
+    p = torch.tensor(0.2)
+    torch.compile(lambda t, q: F.drop_block(t, q, 3), backend=backend, fullgraph=True)(x, p)
+    (randint,) = [n for n in graphs[0].graph.nodes if "randint" in str(n.target)]
+    assert randint.kwargs.get("device") == x.device  # named: not the default device
     torch._dynamo.reset()
 
 

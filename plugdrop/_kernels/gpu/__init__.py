@@ -11,6 +11,14 @@
 
 - :mod:`.runtime`    whether Triton is here (:func:`available`) and interprets
 
+A mask's key (two 32-bit words) is drawn from torch's CPU generator in eager mode (the C
+kernel's key: one seed draws the same mask on every device) and passed to the launch as two
+numbers; while a CUDA graph captures the tensor's stream, it is drawn on the tensor's device by
+torch's generator and the kernels read it from there (:func:`draw_key`, :func:`key_words`):
+the captured launch then reads the key that each replay's draw writes (torch's generator is
+graph-safe: its offset advances at every replay), so every replay draws a new mask, and
+``torch.manual_seed`` before the replays reproduces them.
+
 Triton ships with PyTorch's CUDA wheels. Where it is missing, :func:`available` is false, and
 where its kernels fail on a GPU, :func:`works_on` is; the dispatch then takes the torch-op
 paths (the same law of masks).
@@ -28,11 +36,38 @@ import torch
 from ..._compat import constant_result
 from .runtime import available, interpreted, triton_module
 
-__all__ = ["ON_CPU", "available", "interpreted", "runs_on", "serves", "triton_module",
-           "works_on"]
+__all__ = ["DEVICE_KEY", "ON_CPU", "available", "draw_key", "interpreted", "key_words",
+           "runs_on", "serves", "triton_module", "works_on"]
 
 #: Run the kernels on CPU tensors too, through Triton's interpreter (tests switch it on).
 ON_CPU = False
+
+#: Draw every key on the tensor's device and have the kernels read it there, as under a CUDA
+#: graph's capture, also outside one (tests switch it on: on CPU tensors, through Triton's
+#: interpreter, the kernels then read the key from memory as a captured launch does).
+DEVICE_KEY = False
+
+
+def draw_key(x: torch.Tensor) -> torch.Tensor:
+    """The key of one mask (or one noise field) of ``x``: two 32-bit words (int64) from
+    torch's CPU generator, or, while a CUDA graph captures the current stream (or with
+    :data:`DEVICE_KEY`), from torch's generator of ``x``'s device, on that device (graph-safe:
+    a new key at every replay, read by the kernels there, :func:`key_words`). The two draws
+    give the same words for the same seed where the device is the CPU."""
+    if DEVICE_KEY or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return torch.randint(0, 2**32, (2,), dtype=torch.int64, device=x.device)
+    return torch.randint(0, 2**32, (2,), dtype=torch.int64)
+
+
+def key_words(key: torch.Tensor) -> tuple[int, int] | tuple[torch.Tensor]:
+    """What a Triton launch takes for ``key`` (from :func:`draw_key`): its two words read on
+    the host where it is a CPU tensor (eager mode), else ``(key,)``, the tensor itself, which
+    the kernels read on the device (no synchronization; under a CUDA graph, each replay's
+    key). With :data:`DEVICE_KEY`, always the tensor."""
+    if DEVICE_KEY or key.device.type != "cpu":
+        return (key,)
+    k0, k1 = key.tolist()
+    return (k0, k1)
 
 
 def serves(device: torch.device) -> bool:

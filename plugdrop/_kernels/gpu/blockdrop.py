@@ -163,8 +163,11 @@ class Prepared:
         return (x.shape == self.shape and x.dtype == self.dtype and x.stride() == self.stride
                 and x.device == self.device)
 
-    def __call__(self, x: torch.Tensor, k0: int, k1: int) -> torch.Tensor:
-        """The mask drawn from the key ``(k0, k1)`` applied to ``x``: a new tensor."""
+    def __call__(self, x: torch.Tensor, k0: int | torch.Tensor,
+                 k1: int | None = None) -> torch.Tensor:
+        """The mask drawn from the key ``(k0, k1)`` applied to ``x``: a new tensor. ``k0`` alone
+        may be the key as an int64 tensor on ``x``'s device (read by the kernel:
+        :func:`..key_words`)."""
         out = torch.empty_like(x)
         bits = self._seeds(k0, k1)
         self._launch(x, out, bits, self.scale if self.scale is not None else x)
@@ -183,11 +186,12 @@ def prepare(x: torch.Tensor, scale: torch.Tensor | None, thresh: tuple[int, ...]
                     blocks)
 
 
-def block_drop(x: torch.Tensor, scale: torch.Tensor | None, key: tuple[int, int],
+def block_drop(x: torch.Tensor, scale: torch.Tensor | None, key: seeds.Key,
                thresh: tuple[int, ...], channels: int, valid: tuple[int, ...],
                blocks: tuple[int, ...]) -> torch.Tensor:
     """``x * scale`` with the blocks of the seeds drawn from ``key`` zeroed (the CPU kernel's
-    seeds, :func:`..cext.blockdrop`'s values for float32 and float64 ``x``).
+    seeds, :func:`..cext.blockdrop`'s values for float32 and float64 ``x``). ``key``: the two
+    words, or ``(tensor,)``: the int64 key on ``x``'s device, read there (:func:`..key_words`).
 
     ``x``: channels-first ``(B, C, *spatial)``, 1 to 3 spatial dims, any float dtype (half
     precision is multiplied in float32, then rounded); contiguous or channels-last (other

@@ -21,11 +21,15 @@ _BLOCK, _BLOCK_INTERPRETED = 1024, 1 << 16
 
 
 @triton.jit(do_not_specialize=["seed", "std"])
-def _noise_kernel(x_ptr, out_ptr, numel, seed, std, MULTIPLICATIVE: tl.constexpr,
-                  WIDE: tl.constexpr, BLOCK: tl.constexpr):
+def _noise_kernel(x_ptr, out_ptr, key_ptr, numel, seed, std, MULTIPLICATIVE: tl.constexpr,
+                  KEY_PTR: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    # Philox's seed: ``seed``, or, with KEY_PTR, made on the device from the two int64 key
+    # words at key_ptr as the host makes it (a CUDA graph's replay writes a new key there).
     i = block_range(BLOCK, WIDE)
     inside = i < numel
     x = tl.load(x_ptr + i, mask=inside, other=0)
+    if KEY_PTR:
+        seed = ((tl.load(key_ptr + 1) & 0x7FFFFFFF) << 32) | (tl.load(key_ptr) & 0xFFFFFFFF)
     z = tl.randn(seed, i)
     if x.dtype == tl.float64:  # float64 stays float64; the others are computed in float32
         xf = x
@@ -41,20 +45,27 @@ def _noise_kernel(x_ptr, out_ptr, numel, seed, std, MULTIPLICATIVE: tl.constexpr
     tl.store(out_ptr + i, out, mask=inside)
 
 
-def noise(x: torch.Tensor, key: tuple[int, int], std: float,
+def noise(x: torch.Tensor, key: tuple[int, int] | tuple[torch.Tensor], std: float,
           multiplicative: bool) -> torch.Tensor:
     """``x + std * z`` (``x * (1 + std * z)`` with ``multiplicative``), ``z`` drawn per element
-    in memory order from ``key``; ``x`` contiguous (other layouts are copied first), any float
-    dtype (half precision computed in float32, then rounded)."""
+    in memory order from ``key`` (two words, or ``(tensor,)``: the int64 key on ``x``'s
+    device, read there: :func:`..key_words`); ``x`` contiguous (other layouts are copied
+    first), any float dtype (half precision computed in float32, then rounded)."""
     x = x.contiguous()
     out = torch.empty_like(x)
     numel = x.numel()
     if numel == 0:
         return out
-    seed = ((key[1] & 0x7FFFFFFF) << 32) | (key[0] & 0xFFFFFFFF)
+    on_device = isinstance(key[0], torch.Tensor)
+    if on_device:
+        seed, key_t = 0, key[0]
+    else:
+        k0, k1 = key  # type: ignore[misc]
+        seed, key_t = ((k1 & 0x7FFFFFFF) << 32) | (k0 & 0xFFFFFFFF), x
     block = min(_BLOCK_INTERPRETED, triton.next_power_of_2(numel)) if interpreted() \
         else _BLOCK
-    _noise_kernel[(triton.cdiv(numel, block),)](x, out, numel, seed, float(std),
-                                         MULTIPLICATIVE=multiplicative,
-                                         WIDE=numel + block >= 1 << 31, BLOCK=block)
+    _noise_kernel[(triton.cdiv(numel, block),)](x, out, key_t, numel, seed, float(std),
+                                                MULTIPLICATIVE=multiplicative,
+                                                KEY_PTR=on_device,
+                                                WIDE=numel + block >= 1 << 31, BLOCK=block)
     return out

@@ -42,5 +42,10 @@ def interpreted() -> bool:
     process first asked)."""
     if not _INTERPRETED:
         triton = triton_module()
-        _INTERPRETED.append(triton is not None and bool(triton.knobs.runtime.interpret))
+        knobs = getattr(triton, "knobs", None)  # Triton 3.3 on; before, the variable alone
+        if knobs is not None:
+            on = bool(knobs.runtime.interpret)
+        else:
+            on = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+        _INTERPRETED.append(triton is not None and on)
     return _INTERPRETED[0]

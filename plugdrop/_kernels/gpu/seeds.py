@@ -17,7 +17,7 @@ import triton.language as tl
 from ..._device import on_device
 from .runtime import interpreted
 
-__all__ = ["prepare", "seed_bits", "thresholds_on"]
+__all__ = ["Key", "prepare", "seed_bits", "thresholds_on"]
 
 #: blocks of the generator walked by one program: on a GPU, and in the interpreter (numpy:
 #: the fewer programs the faster)
@@ -36,17 +36,24 @@ def _mix(x):
 
 
 @triton.jit(do_not_specialize=["k0", "k1"])
-def _seeds_kernel(bits_ptr, thr_ptr, first, n_blocks, total, k0, k1, LANES: tl.constexpr):
+def _seeds_kernel(bits_ptr, thr_ptr, key_ptr, first, n_blocks, total, k0, k1,
+                  LANES: tl.constexpr, KEY_PTR: tl.constexpr):
     # One lane per block j = first + lane of 256 seed-grid positions; its seeds' bits go to
-    # words 8 (j - first) .. 8 (j - first) + 7.
+    # words 8 (j - first) .. 8 (j - first) + 7. The key: the words k0, k1 (int32 bits), or,
+    # with KEY_PTR, the two int64 words at key_ptr (on the device: a CUDA graph's replay
+    # writes a new key there before this launch reads it).
     lane = tl.program_id(0).to(tl.int64) * LANES + tl.arange(0, LANES)
     live = lane < n_blocks
     j = first + lane
     idx = tl.arange(0, 16)
     t = tl.load(thr_ptr + idx)  # T_16 .. T_1, ascending, int64
     r = tl.load(thr_ptr + 16 + idx)  # 0, R_15 .. R_1, ascending
-    key0 = k0.to(tl.uint32, bitcast=True)
-    key1 = k1.to(tl.uint32, bitcast=True)
+    if KEY_PTR:
+        key0 = (tl.load(key_ptr) & 0xFFFFFFFF).to(tl.uint32)
+        key1 = (tl.load(key_ptr + 1) & 0xFFFFFFFF).to(tl.uint32)
+    else:
+        key0 = k0.to(tl.uint32, bitcast=True)
+        key1 = k1.to(tl.uint32, bitcast=True)
     hi = (j >> 24).to(tl.uint32)  # the counter's high word: (256 j + k) >> 32
     lo = ((j & 0xFFFFFF) << 8).to(tl.uint32)
     pos = tl.full([LANES], -1, tl.int32)
@@ -91,28 +98,37 @@ def _signed(k: int) -> int:
     return k - (1 << 32) if k >= 1 << 31 else k
 
 
+Key = tuple[int, int] | tuple[torch.Tensor]
+
+
 def prepare(thresholds: torch.Tensor, total: int,
-            first_block: int = 0) -> Callable[[int, int], torch.Tensor]:
+            first_block: int = 0) -> Callable[..., torch.Tensor]:
     """:func:`seed_bits` for ``thresholds`` and ``total``, its grid and arguments decided
-    once: ``draw(k0, k1)`` returns the bits."""
+    once: ``draw(k0, k1)`` (the key's words) or ``draw(key)`` (the int64 key tensor on the
+    device, read by the kernel) returns the bits."""
     n_blocks = max((total + 255) // 256 - first_block, 1)
     lanes = min(_LANES_INTERPRETED, triton.next_power_of_2(n_blocks)) if interpreted() \
         else _LANES
     kernel = _seeds_kernel[(triton.cdiv(n_blocks, lanes),)]
     device = thresholds.device
 
-    def draw(k0: int, k1: int) -> torch.Tensor:
+    def draw(k0: int | torch.Tensor, k1: int | None = None) -> torch.Tensor:
         bits = torch.empty(n_blocks * 8, dtype=torch.int32, device=device)
-        kernel(bits, thresholds, first_block, n_blocks, total, _signed(k0), _signed(k1),
-               LANES=lanes)
+        if isinstance(k0, torch.Tensor):  # read by the kernel (thresholds: a stand-in)
+            kernel(bits, thresholds, k0, first_block, n_blocks, total, 0, 0, LANES=lanes,
+                   KEY_PTR=True)
+        else:
+            kernel(bits, thresholds, thresholds, first_block, n_blocks, total, _signed(k0),
+                   _signed(k1 or 0), LANES=lanes, KEY_PTR=False)
         return bits
     return draw
 
 
-def seed_bits(thresholds: torch.Tensor, key: tuple[int, int], total: int,
+def seed_bits(thresholds: torch.Tensor, key: Key, total: int,
               first_block: int = 0) -> torch.Tensor:
     """The seeds the generator draws among seed-grid positions ``256 * first_block`` to
     ``total - 1``, as bits: int32 words, bit ``n % 32`` of word ``n // 32`` set if position
     ``256 * first_block + n`` is a seed (positions from ``total`` on are never set).
-    ``thresholds``: the 32 int64 thresholds on the device."""
+    ``thresholds``: the 32 int64 thresholds on the device; ``key``: its two words, or
+    ``(tensor,)``, the two int64 words on the device (:func:`..key_words`)."""
     return prepare(thresholds, total, first_block)(*key)
