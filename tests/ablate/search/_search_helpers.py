@@ -33,10 +33,11 @@ def config(*, budget: int = 80, seed: int = 0, seeds: str = "{min: 3, max: 6}",
            extra: str = "", space: str = SPACE, program: str | None = None) -> str:
     """A search config around ``search_target.py``."""
     program = program or json.dumps([sys.executable, "search_target.py"])
-    # the program writes only under {run_dir}: its runs may share the working directory
-    return (f"program: {program}\nworkdir: shared\ndecide_on: {{metric: score, goal: max}}\n"
+    # the program writes only under {run_dir}: its runs may share the working directory (last,
+    # so that the places of the mistakes tests make stay where they were)
+    return (f"program: {program}\ndecide_on: {{metric: score, goal: max}}\n"
             f"margin: 0.005\nseeds: {seeds}\nvariants:\n  baseline: []\nsearch:\n  budget: {budget}\n"
-            f"  seed: {seed}\n{extra}  space:\n{space}")
+            f"  seed: {seed}\n{extra}  space:\n{space}workdir: shared\n")
 
 
 #: a small search (10 runs, two candidates racing at once) that the launchers' tests and the

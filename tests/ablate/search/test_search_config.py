@@ -122,7 +122,7 @@ def test_the_example_search_loads():
     from plugdrop.ablate.search import load_search
 
     sc = load_search(Path(__file__).resolve().parents[3] / "examples" / "search.yaml")
-    assert [d.name for d in sc.spec.dimensions] == ["layers", "transform", "p"]
+    assert [d.name for d in sc.spec.dimensions] == ["layers", "p", "block_size"]
     assert sc.spec.budget == 60 and sc.spec.parallel == 2
 
 
