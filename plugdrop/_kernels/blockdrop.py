@@ -101,19 +101,23 @@ class FusedPlan:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Draw a key and apply its mask to ``x``, the view the plan was made for or a tensor
         of the same shape, strides and dtype (the plan's cache key)."""
-        k0, k1 = cext.draw_words()
         ones = self.ones
         if ones is not None:
             # The multiplier (``scale`` where kept, 0 where dropped) times x: one native op,
             # whose backward is native too (see MASK_MUL_MAX_NUMEL). The prepared call fits
             # the ones (made like the plan's tensors).
-            if _compat.functorch_active():  # the multiplier a plain tensor, not jvp's
-                with _compat.constants():
-                    mult = self.run(ones, k0, k1)
-                return x * mult
             call = self.call
-            mult = call(ones, k0, k1) if call is not None else None
-            return x * (mult if mult is not None else self.run(ones, k0, k1))
+            if type(call) is cext.Prepared and not _compat.functorch_active():
+                key = cext.drawn_key()  # read by the kernel where torch drew it
+                mult = call.keyed(ones, key)
+                return x * (mult if mult is not None else self.run(ones, *key.tolist()))
+            k0, k1 = cext.draw_words()
+            if not _compat.functorch_active():
+                return x * self.run(ones, k0, k1)
+            with _compat.constants():  # the multiplier a plain tensor, not jvp's
+                mult = self.run(ones, k0, k1)
+            return x * mult
+        k0, k1 = cext.draw_words()
         if not _compat.forward_ad_active() and (
                 not torch.is_grad_enabled()
                 or (not x.requires_grad and not _compat.functorch_active())):
@@ -332,17 +336,16 @@ def dropout2d_cached(x: torch.Tensor, p: float, layout: str | None,
     shape checked before get their mask in two torch calls. ``None`` for anything else: the
     caller takes its checked path (which raises on a bad shape, naming the layer), then
     :func:`remember_map`."""
+    key = (x.shape, x.dtype, x.device, layout)
+    ones = _CHECKED_MAPS.get(key)
+    if ones is not None:  # a shape met before (which the fused kernel does not take)
+        if p == 0.0:
+            return x
+        return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
     if dropout2d_fused(x):
         if x.is_floating_point() and (layout is None or layout == "channels_first"):
             return dropout2d(x, p, layout, prefix_tokens)
-        return None
-    key = (x.shape, x.dtype, x.device, layout)
-    ones = _CHECKED_MAPS.get(key)
-    if ones is None:
-        return None
-    if p == 0.0:
-        return x
-    return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
+    return None
 
 
 def remember_map(x: torch.Tensor, layout: str | None) -> None:

@@ -102,6 +102,10 @@ def _build() -> ctypes.CDLL | None:
     i64 = ctypes.c_int64
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64]
     fn.restype = ctypes.c_int
+    keyed = lib.plugdrop_blockdrop_key
+    keyed.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                      ctypes.c_void_p]
+    keyed.restype = ctypes.c_int
     noise = lib.plugdrop_noise
     noise.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64,
                       ctypes.c_double, ctypes.c_int]
@@ -182,13 +186,20 @@ def draw_words() -> tuple[int, int]:
     if _compat.functorch_active():  # a torch.func transform refuses the buffer's mutation
         k0, k1 = draw_key().tolist()
         return k0, k1
+    k0, k1 = drawn_key().tolist()
+    return k0, k1
+
+
+def drawn_key() -> torch.Tensor:
+    """This thread's tensor of two int64 words, :func:`draw_key`'s draws made into it (the
+    same values from the same generator state); valid until the thread's next draw. Not
+    inside a ``torch.func`` transform (which refuses the mutation: :func:`draw_key` there)."""
     try:
         buf = _KEYS.buf
     except AttributeError:
         with _compat.constants():
             buf = _KEYS.buf = torch.empty(2, dtype=torch.int64)
-    k0, k1 = buf.random_(0, 2**32).tolist()
-    return k0, k1
+    return buf.random_(0, 2**32)
 
 
 #: seed-grid positions per block of the generator (``_csrc/blockdrop.c``)
@@ -276,8 +287,8 @@ class Prepared:
     key words and one foreign call of six arguments. Built by :func:`prepare`; call it only on
     a tensor that :meth:`fits`."""
 
-    __slots__ = ("shape", "stride", "dtype", "scale", "_fn", "_args", "_law", "_out_stride",
-                 "_like")
+    __slots__ = ("shape", "stride", "dtype", "scale", "_fn", "_keyed", "_args", "_law",
+                 "_out_stride", "_like")
 
     def __init__(self, lib: ctypes.CDLL, x: torch.Tensor, layout: int, scale: torch.Tensor,
                  thresh: tuple[int, ...], blocks: tuple[int, ...], shared: bool) -> None:
@@ -307,6 +318,7 @@ class Prepared:
                 scale = scale.to(x.dtype).expand(spatial).contiguous()
         self.scale = scale  # kept alive: the kernel reads it through its address
         self._fn = lib.plugdrop_blockdrop_packed
+        self._keyed = lib.plugdrop_blockdrop_key
         self._law = _thresholds_array(thresh)  # kept alive: read through its address
         pad = _PAD[n]
         self._args = (ctypes.c_int64 * 15)(
@@ -328,6 +340,18 @@ class Prepared:
             out = torch.empty_strided(self.shape, self._out_stride, dtype=self.dtype)
         if self._fn(self._args, torch.get_num_threads(), x.data_ptr(), out.data_ptr(), k0,
                     k1) != 0:
+            return None
+        return out
+
+    def keyed(self, x: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+        """:meth:`__call__` with the key read by the kernel from ``key`` (two int64 words in a
+        CPU tensor, :func:`drawn_key`): one foreign call, no read-back of the key."""
+        if self._like:
+            out = torch.empty_like(x)
+        else:
+            out = torch.empty_strided(self.shape, self._out_stride, dtype=self.dtype)
+        if self._keyed(self._args, torch.get_num_threads(), x.data_ptr(), out.data_ptr(),
+                       key.data_ptr()) != 0:
             return None
         return out
 

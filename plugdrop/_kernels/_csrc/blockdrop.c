@@ -876,6 +876,13 @@ int plugdrop_blockdrop_packed(const int64_t *a, int threads, const void *x, void
                               a[8], a[9], a[10], a[11], a[12], (int)a[13], (int)a[14]);
 }
 
+/* plugdrop_blockdrop_packed with the key read from memory (key[0], key[1]: the tensor torch's
+ * generator drew it into), so that it is not read back into Python first. */
+int plugdrop_blockdrop_key(const int64_t *a, int threads, const void *x, void *out,
+                           const int64_t *key) {
+    return plugdrop_blockdrop_packed(a, threads, x, out, key[0], key[1]);
+}
+
 /* ---------------------------------------------------------------------------- Gaussian noise
  *
  * out = x + std * z  (or x * (1 + std * z) with multiplicative != 0), z ~ N(0, 1) per element,
