@@ -108,16 +108,16 @@ class FusedPlan:
             # the ones (made like the plan's tensors).
             call = self.call
             if type(call) is cext.Prepared and not _compat.functorch_active():
-                key = cext.drawn_key()  # read by the kernel where torch drew it
+                key = draws.drawn_key()  # read by the kernel where torch drew it
                 mult = call.keyed(ones, key)
                 return x * (mult if mult is not None else self.run(ones, *key.tolist()))
-            k0, k1 = cext.draw_words()
+            k0, k1 = draws.draw_words()
             if not _compat.functorch_active():
                 return x * self.run(ones, k0, k1)
             with _compat.constants():  # the multiplier a plain tensor, not jvp's
                 mult = self.run(ones, k0, k1)
             return x * mult
-        k0, k1 = cext.draw_words()
+        k0, k1 = draws.draw_words()
         if not _compat.forward_ad_active() and (
                 not torch.is_grad_enabled()
                 or (not x.requires_grad and not _compat.functorch_active())):

@@ -174,34 +174,6 @@ def draw_key() -> torch.Tensor:
     return torch.randint(0, 2**32, (2,), dtype=torch.int64)
 
 
-#: each thread's tensor of two words that :func:`draw_words` draws into (DataParallel runs
-#: replicas in threads: one buffer each, so that no two calls read the same key)
-_KEYS = threading.local()
-
-
-def draw_words() -> tuple[int, int]:
-    """:func:`draw_key`'s two words as Python ints: the same draws from the same generator
-    (``torch.randint`` is ``random_`` of a new tensor), into a tensor kept per thread rather
-    than a new one per call (half the cost)."""
-    if _compat.functorch_active():  # a torch.func transform refuses the buffer's mutation
-        k0, k1 = draw_key().tolist()
-        return k0, k1
-    k0, k1 = drawn_key().tolist()
-    return k0, k1
-
-
-def drawn_key() -> torch.Tensor:
-    """This thread's tensor of two int64 words, :func:`draw_key`'s draws made into it (the
-    same values from the same generator state); valid until the thread's next draw. Not
-    inside a ``torch.func`` transform (which refuses the mutation: :func:`draw_key` there)."""
-    try:
-        buf = _KEYS.buf
-    except AttributeError:
-        with _compat.constants():
-            buf = _KEYS.buf = torch.empty(2, dtype=torch.int64)
-    return buf.random_(0, 2**32)
-
-
 #: seed-grid positions per block of the generator (``_csrc/blockdrop.c``)
 BLOCK = 256
 
@@ -321,9 +293,10 @@ class Prepared:
         self._keyed = lib.plugdrop_blockdrop_key
         self._law = _thresholds_array(thresh)  # kept alive: read through its address
         pad = _PAD[n]
+        out_bstride = out_stride[0] if layout else math.prod(shape[1:])
         self._args = (ctypes.c_int64 * 15)(
             _DTYPES[x.dtype], scale.data_ptr(), ctypes.addressof(self._law), shape[0],
-            self.stride[0], out_stride[0] if layout else math.prod(shape[1:]), shape[1], *pad, *spatial, *pad, *blocks, layout,
+            self.stride[0], out_bstride, shape[1], *pad, *spatial, *pad, *blocks, layout,
             int(shared))
 
     def fits(self, x: torch.Tensor) -> bool:
@@ -345,7 +318,7 @@ class Prepared:
 
     def keyed(self, x: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
         """:meth:`__call__` with the key read by the kernel from ``key`` (two int64 words in a
-        CPU tensor, :func:`drawn_key`): one foreign call, no read-back of the key."""
+        CPU tensor, :func:`.draws.drawn_key`): one foreign call, no read-back of the key."""
         if self._like:
             out = torch.empty_like(x)
         else:

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import plugdrop as pd
 from plugdrop._kernels import autograd as KA
-from plugdrop._kernels import blockdrop, cext
+from plugdrop._kernels import blockdrop, cext, draws
 from plugdrop._kernels import noise as noise_kernel
 from plugdrop.functional import drop_block, gaussian_noise
 
@@ -27,14 +27,14 @@ def test_the_key_drawn_into_the_thread_buffer_is_randints():
     want = [cext.draw_key().tolist() for _ in range(3)]
     after = torch.rand(2)
     torch.manual_seed(11)
-    got = [list(cext.draw_words()) for _ in range(3)]
+    got = [list(draws.draw_words()) for _ in range(3)]
     assert got == want and torch.equal(torch.rand(2), after)  # the generator moved alike
     # one buffer per thread (DataParallel's replicas draw in threads)
     theirs = []
-    t = threading.Thread(target=lambda: theirs.append(cext.drawn_key()))
+    t = threading.Thread(target=lambda: theirs.append(draws.drawn_key()))
     t.start()
     t.join()
-    assert theirs[0] is not cext.drawn_key()
+    assert theirs[0] is not draws.drawn_key()
 
 
 @needs_cext
