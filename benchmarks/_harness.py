@@ -17,7 +17,8 @@ import plugdrop as pd
 
 def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
                 min_rounds: int = 7, max_rounds: int = 60, warmup: int = 2,
-                before: Callable[[], object] | None = None) -> dict[str, float]:
+                before: Callable[[], object] | None = None,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median seconds of each function, measured round-robin (one call of each per round) so
     that slow drifts of the machine hit every candidate alike. Each round calls the functions
     in a new order (shuffled with a fixed seed), so that each follows every other one about
@@ -26,7 +27,8 @@ def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
     next, and a fixed cyclic order, even started one function further along each round, would
     always put the same function after it and charge that to it alone. ``before``, if given,
     runs (untimed) before every timed call: to measure each call after other work, with its
-    caches cold."""
+    caches cold. ``clock``: what is timed (wall time by default; ``time.thread_time``: the CPU
+    time of this thread, not the time it waited for a core on a busy machine)."""
     for _ in range(warmup):
         for f in fns.values():
             f()
@@ -48,9 +50,9 @@ def interleaved(fns: dict[str, Callable[[], object]], *, budget_s: float = 3.0,
             for k, f in items:
                 if before is not None:
                     before()
-                t = time.perf_counter()
+                t = clock()
                 f()
-                times[k].append(time.perf_counter() - t)
+                times[k].append(clock() - t)
     finally:
         if gc_was:
             gc.enable()

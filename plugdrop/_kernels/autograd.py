@@ -6,8 +6,9 @@ derivative are the same masking applied to the gradient or the tangent, through 
 itself: they are differentiable again (double backward, Hessian-vector products) and work
 under ``torch.func.jvp``, while what is saved stays small:
 
-- ``HashedBlockDrop`` saves the two key words of the fused kernel's generator (16 bytes) and
-  regenerates the mask in the backward;
+- ``KeyedDrop`` (the fused kernels' DropBlock and Dropout2d) keeps the two key words of the
+  kernel's generator and the plan of its call, no tensor, and regenerates the mask in the
+  backward;
 - ``SparseBlockDrop`` saves the seeds of the dropped blocks (a few bytes per block);
 - ``MaskMul`` saves a boolean mask (1 byte per element).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -120,6 +121,71 @@ class _SelfAdjoint:
         return fn.apply(x, a, b, meta)
 
 
+class _Keyed:
+    """An autograd op ``out = plan.run(x, k0, k1)``: a masking of ``x`` that ``plan`` (a
+    :class:`KeyedPlan`, the kernel's call prepared once per geometry) draws from the key
+    ``(k0, k1)``, two Python ints. Nothing is saved but the plan and the key (no tensor); the
+    backward and the jvp redraw the same masking of the gradient or the tangent, through the op
+    itself where that must be differentiable again (``create_graph``, ``torch.func``, forward
+    AD), else by the plan's call directly (no second Function: the host cost of a plain
+    backward is one kernel call).
+    """
+
+    def __init__(self, name: str) -> None:
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+            plan, k0, k1 = ctx.keyed
+            if not plan.linear:
+                return grad, None, None, None
+            if (torch.is_grad_enabled() or _compat.functorch_active()
+                    or _compat.forward_ad_active()):
+                return self.apply(grad, plan, k0, k1), None, None, None
+            return plan.run(grad, k0, k1), None, None, None
+
+        def jvp(ctx: Any, x_t: torch.Tensor, *_: Any) -> torch.Tensor:
+            plan, k0, k1 = ctx.keyed
+            return self.apply(x_t, plan, k0, k1) if plan.linear else x_t
+
+        def eager_forward(ctx: Any, x: torch.Tensor, plan: Any, k0: int, k1: int
+                          ) -> torch.Tensor:
+            ctx.keyed = (plan, k0, k1)
+            return plan.run(x, k0, k1)
+
+        def op(x: torch.Tensor, plan: Any, k0: int, k1: int) -> torch.Tensor:
+            return plan.run(x, k0, k1)
+
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            ctx.keyed = inputs[1:]
+
+        self.eager: Any
+        self.func: Any
+        common = {"backward": staticmethod(backward), "jvp": staticmethod(jvp)}
+        self.eager = type(name, (torch.autograd.Function,),
+                          {"forward": staticmethod(eager_forward), **common})
+        self.func = type(name, (torch.autograd.Function,),
+                         {"forward": staticmethod(op),
+                          "setup_context": staticmethod(setup_context), **common})
+
+    def apply(self, x: torch.Tensor, plan: Any, k0: int, k1: int) -> torch.Tensor:
+        fn = self.func if _compat.functorch_active() else self.eager
+        return fn.apply(x, plan, k0, k1)
+
+
+class KeyedPlan(Protocol):
+    """What :data:`KeyedDrop` runs: ``run(x, k0, k1)`` draws the masking of key ``(k0, k1)``
+    and applies it to any ``x`` of the plan's shape (its prepared call where ``x`` fits it);
+    ``linear``: whether the op is a masking (else ``x`` plus a constant: its Jacobian is the
+    identity)."""
+
+    linear: bool
+
+    def run(self, x: torch.Tensor, k0: int, k1: int) -> torch.Tensor: ...
+
+
+#: ``out = plan.run(x, k0, k1)`` (a :class:`KeyedPlan`, e.g. DropBlock's and Dropout2d's fused
+#: plans); the backward redraws the mask from the key, nothing saved but the plan and the key.
+KeyedDrop = _Keyed("KeyedDrop")
+
+
 #: Use the fused C kernel when available (tests switch it off to compare the two paths).
 USE_CEXT = True
 
@@ -156,12 +222,14 @@ def sparse_block_drop(x: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor,
     return _zero_blocks(out, seeds, channels, valid, blocks)
 
 
-def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, channels: int,
+def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor | tuple[int, int],
+                      channels: int,
                       valid: tuple[int, ...], blocks: tuple[int, ...],
                       thresh: tuple[int, ...], call: Any = None) -> torch.Tensor:
-    """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words) zeroed:
-    the Triton kernels on an accelerator (the same seeds), the fused C kernel, or, where
-    neither applies to ``x``, the same seeds from the generator's torch-op definition. ``call``:
+    """``x * scale`` with the blocks of the seeds drawn from ``key`` (two int64 words, in a
+    tensor or as ints) zeroed: the Triton kernels on an accelerator (the same seeds), the fused
+    C kernel, or, where neither applies to ``x``, the same seeds from the generator's torch-op
+    definition. ``call``:
     the kernel's call prepared for tensors like ``x`` (a :class:`.cext.Prepared`, or the
     Triton kernels' ``Prepared``), used if ``x`` fits it."""
     if triton_applies(x):
@@ -169,7 +237,7 @@ def hashed_block_drop(x: torch.Tensor, scale: torch.Tensor, key: torch.Tensor, c
         if call is not None and call.fits(x):  # the plan's prepared launches
             return call(x, *words)
         return gpu_blockdrop().block_drop(x, scale, words, thresh, channels, valid, blocks)
-    k0, k1 = key.tolist()
+    k0, k1 = key if isinstance(key, tuple) else key.tolist()
     if USE_CEXT:
         if isinstance(call, cext.Prepared) and call.fits(x):
             out = call(x, k0, k1)
@@ -191,11 +259,6 @@ def _mask_mul(x: torch.Tensor, keep: torch.Tensor, scale: torch.Tensor,
 #: blocks); the backward re-zeroes them from the saved seeds (a few bytes per block).
 SparseBlockDrop = _SelfAdjoint(
     "SparseBlockDrop", lambda x, scale, seeds, meta: sparse_block_drop(x, scale, seeds, *meta))
-#: ``out = x * scale`` with the blocks of the seeds the fused kernel draws from ``key`` zeroed
-#: (``meta``: channels, valid, blocks, threshold and optionally the prepared kernel call); the
-#: backward redraws them (16 bytes saved).
-HashedBlockDrop = _SelfAdjoint(
-    "HashedBlockDrop", lambda x, scale, key, meta: hashed_block_drop(x, scale, key, *meta))
 #: ``out = x * where(keep, scale, 0)`` saving the boolean ``keep`` (1 byte per element) and
 #: the small ``scale`` for the backward, instead of a float multiplier.
 MaskMul = _SelfAdjoint("MaskMul", _mask_mul)

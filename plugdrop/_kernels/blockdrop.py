@@ -6,8 +6,9 @@ DropBlock (:func:`drop_block`), with its settings checked by the caller:
 - a 0-dim tensor ``p`` (``torch.compile``): the fused kernel as a custom op (:mod:`.ops`) on CPU,
   else plain tensor ops (:func:`_drop_block_traced`);
 - a float ``p``, the fused C kernel where it applies (seeds from a key of torch's generator, one
-  pass, 16 bytes saved); a :class:`FusedPlan` per geometry and ``p`` is remembered, so that a
-  repeated call of the same shape skips the layout checks and the geometry;
+  pass, no tensor saved: the backward redraws the mask from the key); a :class:`FusedPlan` per
+  geometry and ``p`` is remembered, so that a repeated call of the same shape skips the layout
+  checks and the geometry, and runs the kernel's call prepared once;
 - else sparse seeds (:mod:`.draws`, O(p * numel)) or the dense mask (:mod:`.dense`).
 
 Dropout2d (:func:`dropout2d`) runs on the same fused kernel with the whole map as the block
@@ -29,8 +30,8 @@ from . import autograd as KA
 from . import cext, dense, draws, geometry, gpu
 from . import ops as kernel_ops
 
-__all__ = ["FUSED_MAX_MAP", "FUSED_MIN_NUMEL", "FusedPlan", "drop_block", "dropout2d",
-           "dropout2d_cached", "dropout2d_fused", "remember_map"]
+__all__ = ["FUSED_MAX_MAP", "FUSED_MIN_NUMEL", "MASK_MUL_MAX_NUMEL", "FusedPlan", "drop_block",
+           "dropout2d", "dropout2d_cached", "dropout2d_fused", "plan_for", "remember_map"]
 
 Number = float | torch.Tensor
 
@@ -41,15 +42,31 @@ def _is_zero(p: Number) -> bool:
     return not isinstance(p, torch.Tensor) and p == 0.0
 
 
+#: Up to this many elements (float32 and float64, where the multiplier is exact), a fused plan
+#: multiplies ``x`` by its mask: the kernel run on ones gives the multiplier (``scale`` where
+#: kept, 0 where dropped) and ``x * multiplier`` is one native op with a native backward. At
+#: such sizes a call's cost is the host's work, and this saves the autograd Function, its
+#: Python backward and the kernel's second call (the redraw), for 4 bytes per element saved
+#: (16 KiB at most). The same mask and values (``x * scale``; a dropped element is ``x * 0``, a
+#: signed zero, NaN for an infinite ``x``, as in torch's dropout); larger tensors keep the
+#: redraw, which saves nothing.
+MASK_MUL_MAX_NUMEL = 4096
+
+
 class FusedPlan:
     """What the fused kernel needs for one geometry and ``p``, decided once: applied to a
     channels-first ``x`` (its own view), it draws a key and runs the kernel. ``meta``:
-    channels, valid seed grid, blocks, thresholds; the kernel's call is prepared for tensors
-    like ``like`` (the view it is made for; a repeated call's tensor has its shape, strides
-    and dtype)."""
+    channels, valid seed grid, blocks, thresholds; the kernel's call (``call``) is prepared for
+    tensors like ``like`` (the view it is made for; a repeated call's tensor has its shape,
+    strides and dtype). A :class:`~.autograd.KeyedPlan`: the autograd op saves the plan and the
+    key, and the backward runs the same prepared call on the gradient."""
+
+    __slots__ = ("scale", "meta", "call", "ones", "triton")
+    linear = True
 
     def __init__(self, scale: torch.Tensor, meta: tuple[Any, ...], like: torch.Tensor) -> None:
-        if KA.triton_applies(like):
+        self.triton = KA.triton_applies(like)
+        if self.triton:
             # The Triton kernel: its scale map as it reads it (float32, float64 for float64
             # tensors, on the device), converted once per plan.
             want = torch.float64 if like.dtype == torch.float64 else torch.float32
@@ -61,29 +78,68 @@ class FusedPlan:
         else:
             call = cext.prepare(like, scale, meta[3], meta[2], shared=meta[0] != like.shape[1])
         self.scale = scale
-        self.meta = (*meta, call)
+        self.meta = meta
+        self.call = call
+        # A small tensor is multiplied by its mask (below): the ones the mask is drawn on, laid
+        # out as the tensors of the plan (so that the prepared call fits them).
+        self.ones: torch.Tensor | None = None
+        if like.numel() <= MASK_MUL_MAX_NUMEL and like.dtype in (torch.float32, torch.float64):
+            with _compat.constants():
+                self.ones = torch.empty_strided(like.shape, like.stride(), dtype=like.dtype,
+                                                device=like.device).fill_(1.0)
+
+    def key(self, x: torch.Tensor) -> tuple[Any, Any]:
+        """A new key for a mask of ``x``: two ints from torch's CPU generator, or, for the
+        Triton kernels while a CUDA graph captures (:func:`.gpu.keyed_on_device`), ``(key,
+        None)``: the two words in a tensor drawn on the device by its own generator, which the
+        kernels read there (a new mask at every replay)."""
+        if self.triton and gpu.keyed_on_device(x):
+            return gpu.draw_key(x), None
+        return draws.draw_words()
+
+    def run(self, x: torch.Tensor, k0: Any, k1: Any) -> torch.Tensor:
+        """The mask of key ``(k0, k1)`` (:meth:`key`) applied to ``x`` (any tensor of the
+        plan's shape: the prepared call where ``x`` fits it, else the kernel's general path)."""
+        call = self.call
+        words = (k0,) if k1 is None else (k0, k1)
+        if call is not None and (KA.USE_CEXT or not isinstance(call, cext.Prepared)) \
+                and call.fits(x):
+            out = call(x, *words)
+            if out is not None:
+                return out
+        return KA.hashed_block_drop(x, self.scale, k0 if k1 is None else (k0, k1), *self.meta)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        key = gpu.draw_key(x)  # on the device while a CUDA graph captures
+        """Draw a key and apply its mask to ``x``, the view the plan was made for or a tensor
+        of the same shape, strides and dtype (the plan's cache key)."""
+        ones = self.ones
+        if ones is not None:
+            # The multiplier (``scale`` where kept, 0 where dropped) times x: one native op,
+            # whose backward is native too (see MASK_MUL_MAX_NUMEL). The prepared call fits
+            # the ones (made like the plan's tensors).
+            call = self.call
+            if type(call) is cext.Prepared and not _compat.functorch_active():
+                key = draws.drawn_key()  # read by the kernel where torch drew it
+                mult = call.keyed(ones, key)
+                return x * (mult if mult is not None else self.run(ones, *key.tolist()))
+            k0, k1 = self.key(x)
+            if not _compat.functorch_active():
+                return x * self.run(ones, k0, k1)
+            with _compat.constants():  # the multiplier a plain tensor, not jvp's
+                mult = self.run(ones, k0, k1)
+            return x * mult
+        k0, k1 = self.key(x)
         if not _compat.forward_ad_active() and (
                 not torch.is_grad_enabled()
                 or (not x.requires_grad and not _compat.functorch_active())):
             # Nothing to differentiate (grad mode off, or an input that does not require a
             # gradient and no torch.func transform): the kernel without the autograd Function
-            # around it (the same values: the Function's forward is this call). ``x`` fits the
-            # prepared call: it is the view the plan was made for, or a tensor of the same
-            # shape, strides and dtype (the plan's cache key).
-            call = self.meta[4]
-            if call is not None and (KA.USE_CEXT or not isinstance(call, cext.Prepared)):
-                out = call(x, *(key.tolist() if isinstance(call, cext.Prepared)
-                                else gpu.key_words(key)))
-                if out is not None:
-                    return out
-            return KA.hashed_block_drop(x, self.scale, key, *self.meta)
-        return KA.HashedBlockDrop.apply(x, self.scale, key, self.meta)
+            # around it (the same values: the Function's forward is this call).
+            return self.run(x, k0, k1)
+        return KA.KeyedDrop.apply(x, self, k0, k1)
 
 
-#: The fused plan of each (shape, strides, dtype, device, p, block size, shared, rescale,
+#: The fused plan of each (shape, strides, dtype, device, p, (block size, shared, rescale),
 #: switches) met on the default layout by DropBlock, and of each ("dropout2d", shape, strides,
 #: dtype, device, p, switches) by Dropout2d: a repeated call skips the layout checks and the
 #: geometry (what they decide depends on nothing else). Bounded: a schedule makes a new ``p``
@@ -96,6 +152,15 @@ def _switches() -> tuple[bool, bool, bool]:
     """The switches that choose a kernel (part of a plan's key: a plan made under others is
     not reused when tests or benchmarks turn them)."""
     return KA.USE_CEXT, KA.USE_TRITON, gpu.ON_CPU
+
+
+def plan_for(x: torch.Tensor, p: float, law: tuple[Any, ...]) -> FusedPlan | None:
+    """DropBlock's fused plan remembered for ``x`` (its shape, strides, dtype and device) on
+    the default layout at ``p`` and ``law`` (block size, shared channels, rescale), if a call
+    made one: the hooks' eager path (one lookup, no check: the plan's key says that ``x``
+    passed them)."""
+    return _FUSED_PLANS.get((x.shape, x.stride(), x.dtype, x.device, p, law, KA.USE_CEXT,
+                             KA.USE_TRITON, gpu.ON_CPU))
 
 
 def _cached_plan(key: tuple[Any, ...]) -> FusedPlan | None:
@@ -122,8 +187,8 @@ def drop_block(x: torch.Tensor, p: Number, blocks: int | tuple[int, ...],
     plan_key = None
     if not isinstance(p, torch.Tensor) and (KA.USE_CEXT or KA.USE_TRITON) and (
             layout is None or layout == "channels_first"):
-        plan_key = (x.shape, x.stride(), x.dtype, x.device, p, blocks, shared_channels,
-                    rescale, *_switches())
+        plan_key = (x.shape, x.stride(), x.dtype, x.device, p,
+                    (blocks, shared_channels, rescale), *_switches())
         plan = _cached_plan(plan_key)
         if plan is not None:
             return plan(x)
@@ -284,17 +349,16 @@ def dropout2d_cached(x: torch.Tensor, p: float, layout: str | None,
     shape checked before get their mask in two torch calls. ``None`` for anything else: the
     caller takes its checked path (which raises on a bad shape, naming the layer), then
     :func:`remember_map`."""
+    key = (x.shape, x.dtype, x.device, layout)
+    ones = _CHECKED_MAPS.get(key)
+    if ones is not None:  # a shape met before (which the fused kernel does not take)
+        if p == 0.0:
+            return x
+        return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
     if dropout2d_fused(x):
         if x.is_floating_point() and (layout is None or layout == "channels_first"):
             return dropout2d(x, p, layout, prefix_tokens)
-        return None
-    key = (x.shape, x.dtype, x.device, layout)
-    ones = _CHECKED_MAPS.get(key)
-    if ones is None:
-        return None
-    if p == 0.0:
-        return x
-    return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
+    return None
 
 
 def remember_map(x: torch.Tensor, layout: str | None) -> None:

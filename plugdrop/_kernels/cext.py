@@ -98,12 +98,14 @@ def _build() -> ctypes.CDLL | None:
                 return None
             os.replace(out, target)  # atomic: concurrent builders do not clash
     lib = ctypes.CDLL(str(target))
-    fn = lib.plugdrop_blockdrop
+    fn = lib.plugdrop_blockdrop_packed
     i64 = ctypes.c_int64
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p, i64, i64, ctypes.c_void_p, i64, i64, i64, i64, i64, i64, i64,
-                   i64, i64, i64, ctypes.c_int, ctypes.c_int]
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64]
     fn.restype = ctypes.c_int
+    keyed = lib.plugdrop_blockdrop_key
+    keyed.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                      ctypes.c_void_p]
+    keyed.restype = ctypes.c_int
     noise = lib.plugdrop_noise
     noise.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64,
                       ctypes.c_double, ctypes.c_int]
@@ -252,12 +254,13 @@ _PAD = {3: (1, 1), 4: (1,), 5: ()}
 
 class Prepared:
     """The kernel's call for one tensor geometry (shape, strides, dtype) and one mask law
-    (scale map, thresholds, block size, shared or per channel), its arguments converted once:
-    a call then costs a ``torch.empty``, the two key words and one foreign call. Built by
-    :func:`prepare`; call it only on a tensor that :meth:`fits`."""
+    (scale map, thresholds, block size, shared or per channel), its arguments converted and
+    packed once (``plugdrop_blockdrop_packed``): a call then costs an empty output, the two
+    key words and one foreign call of six arguments. Built by :func:`prepare`; call it only on
+    a tensor that :meth:`fits`."""
 
-    __slots__ = ("shape", "stride", "dtype", "scale", "_fn", "_code", "_scale_ptr", "_tail",
-                 "_out_stride")
+    __slots__ = ("shape", "stride", "dtype", "scale", "_fn", "_keyed", "_args", "_law",
+                 "_out_stride", "_like")
 
     def __init__(self, lib: ctypes.CDLL, x: torch.Tensor, layout: int, scale: torch.Tensor,
                  thresh: tuple[int, ...], blocks: tuple[int, ...], shared: bool) -> None:
@@ -267,7 +270,7 @@ class Prepared:
         self.stride = x.stride()
         self.dtype = x.dtype
         if layout == 0:
-            self._out_stride: tuple[int, ...] | None = None  # contiguous
+            out_stride = _contiguous_strides(shape)
         else:  # channels innermost: strides (S*C, 1, ..., C)
             strides = [0] * n
             strides[1] = 1
@@ -276,37 +279,63 @@ class Prepared:
                 strides[d] = acc
                 acc *= shape[d]
             strides[0] = acc
-            self._out_stride = tuple(strides)
+            out_stride = tuple(strides)
+        self._out_stride = out_stride
+        # ``x`` laid out as the output: ``empty_like`` makes the output (cheaper than
+        # ``empty_strided``; it keeps the strides of a dense tensor)
+        self._like = self.stride == out_stride
         spatial = shape[2:]
         if scale.dtype != x.dtype or scale.shape != spatial or not scale.is_contiguous():
             with _compat.constants():  # kept with the plan: not a torch.func transform's
                 scale = scale.to(x.dtype).expand(spatial).contiguous()
         self.scale = scale  # kept alive: the kernel reads it through its address
-        self._fn = lib.plugdrop_blockdrop
-        self._code = _DTYPES[x.dtype]
-        self._scale_ptr = scale.data_ptr()
-        out_bstride = self._out_stride[0] if self._out_stride is not None else \
-            math.prod(shape[1:])
+        self._fn = lib.plugdrop_blockdrop_packed
+        self._keyed = lib.plugdrop_blockdrop_key
+        self._law = _thresholds_array(thresh)  # kept alive: read through its address
         pad = _PAD[n]
-        self._tail = (_thresholds_array(thresh), shape[0], self.stride[0], out_bstride,
-                      shape[1], *pad, *spatial, *pad, *blocks, layout, int(shared))
+        out_bstride = out_stride[0] if layout else math.prod(shape[1:])
+        self._args = (ctypes.c_int64 * 15)(
+            _DTYPES[x.dtype], scale.data_ptr(), ctypes.addressof(self._law), shape[0],
+            self.stride[0], out_bstride, shape[1], *pad, *spatial, *pad, *blocks, layout,
+            int(shared))
 
     def fits(self, x: torch.Tensor) -> bool:
         """Whether ``x`` has the geometry this call was prepared for (a CPU tensor)."""
-        return (x.shape == self.shape and x.dtype == self.dtype and x.stride() == self.stride
-                and x.device.type == "cpu")
+        return (x.stride() == self.stride and x.shape == self.shape and x.dtype == self.dtype
+                and x.is_cpu)
 
     def __call__(self, x: torch.Tensor, k0: int, k1: int) -> torch.Tensor | None:
         """The kernel on ``x`` with key ``(k0, k1)``: a new tensor, ``None`` if the kernel
         failed (it could not allocate its scratch memory)."""
-        if self._out_stride is None:
-            out = torch.empty(self.shape, dtype=self.dtype)
+        if self._like:
+            out = torch.empty_like(x)
         else:
             out = torch.empty_strided(self.shape, self._out_stride, dtype=self.dtype)
-        if self._fn(self._code, torch.get_num_threads(), x.data_ptr(), out.data_ptr(),
-                    self._scale_ptr, k0, k1, *self._tail) != 0:
+        if self._fn(self._args, torch.get_num_threads(), x.data_ptr(), out.data_ptr(), k0,
+                    k1) != 0:
             return None
         return out
+
+    def keyed(self, x: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+        """:meth:`__call__` with the key read by the kernel from ``key`` (two int64 words in a
+        CPU tensor, :func:`.draws.drawn_key`): one foreign call, no read-back of the key."""
+        if self._like:
+            out = torch.empty_like(x)
+        else:
+            out = torch.empty_strided(self.shape, self._out_stride, dtype=self.dtype)
+        if self._keyed(self._args, torch.get_num_threads(), x.data_ptr(), out.data_ptr(),
+                       key.data_ptr()) != 0:
+            return None
+        return out
+
+
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def prepare(x: torch.Tensor, scale: torch.Tensor, thresh: tuple[int, ...],

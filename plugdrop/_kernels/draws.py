@@ -7,6 +7,7 @@ reproduces them and activation checkpointing, which restores the RNG state, repl
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 
@@ -147,3 +148,31 @@ def keep_multiplier(x: torch.Tensor, shape: tuple[int, ...], p: float | torch.Te
         mult = torch.where(dropped, 0.0, 1.0 / (1.0 - p) if scale_by_keep else 1.0)
         return mult.to(x.dtype)
     return keep_mult(shape, p, scale_by_keep, x.dtype, x.device)
+
+
+#: each thread's tensor of two words that :func:`draw_words` draws into (DataParallel runs
+#: replicas in threads: one buffer each, so that no two calls read the same key)
+_KEYS = threading.local()
+
+
+def draw_words() -> tuple[int, int]:
+    """The two words of a fused kernel's key (:func:`.cext.draw_key`'s) as Python ints: the
+    same draws from the same generator (``torch.randint`` is ``random_`` of a new tensor), into
+    a tensor kept per thread rather than a new one per call (half the cost)."""
+    if _compat.functorch_active():  # a torch.func transform refuses the buffer's mutation
+        k0, k1 = torch.randint(0, 2**32, (2,), dtype=torch.int64).tolist()
+        return k0, k1
+    k0, k1 = drawn_key().tolist()
+    return k0, k1
+
+
+def drawn_key() -> torch.Tensor:
+    """This thread's tensor of two int64 words, :func:`.cext.draw_key`'s draws made into it
+    (the same values from the same generator state); valid until the thread's next draw. Not
+    inside a ``torch.func`` transform, which refuses the mutation (:func:`draw_words` knows)."""
+    try:
+        buf = _KEYS.buf
+    except AttributeError:
+        with _compat.constants():
+            buf = _KEYS.buf = torch.empty(2, dtype=torch.int64)
+    return buf.random_(0, 2**32)

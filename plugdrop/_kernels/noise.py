@@ -9,9 +9,22 @@ from .. import _layout
 from . import autograd as KA
 from . import gpu
 
-__all__ = ["gaussian_noise"]
+__all__ = ["eager_noise", "gaussian_noise"]
 
 Number = float | torch.Tensor
+
+
+def eager_noise(x: torch.Tensor, std: float, multiplicative: bool) -> torch.Tensor:
+    """:func:`gaussian_noise` of a float ``x`` with a float ``std`` in eager mode (the hooks'
+    path): a small contiguous CPU tensor, which no kernel takes (unless a test runs the Triton
+    kernels on the CPU), goes straight to torch's draw (the same calls :func:`gaussian_noise`
+    makes for it)."""
+    if (x.is_cpu and x.numel() < KA.NOISE_MIN_NUMEL and std != 0.0 and x.is_contiguous()
+            and not gpu.ON_CPU):
+        if multiplicative:
+            return torch.addcmul(x, x, torch.randn_like(x), value=std)
+        return torch.add(x, torch.randn_like(x), alpha=std)
+    return gaussian_noise(x, std, multiplicative)
 
 
 def gaussian_noise(x: torch.Tensor, std: Number, multiplicative: bool) -> torch.Tensor:

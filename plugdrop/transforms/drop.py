@@ -152,10 +152,16 @@ class DropBlock(_Layout):
             v, p, self.block_size, self.shared_channels, layout, prefix, self.rescale))
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        if x.is_floating_point() and (self.layout is None or self.layout == "channels_first"):
-            return blockdrop.drop_block(x, self._eager_value("p", layer), self.block_size,
-                                        self.shared_channels, self.layout, self.prefix_tokens,
-                                        self.rescale)
+        if self.layout is None or self.layout == "channels_first":
+            p = self._settings["p"].of(layer).value
+            # a shape met before at this p: its plan, found in one lookup
+            plan = blockdrop.plan_for(x, p, (self.block_size, self.shared_channels,
+                                             self.rescale))
+            if plan is not None:
+                return plan(x)
+            if x.is_floating_point():
+                return blockdrop.drop_block(x, p, self.block_size, self.shared_channels,
+                                            self.layout, self.prefix_tokens, self.rescale)
         return self._at(layer, x)
 
 

@@ -42,5 +42,6 @@ class GaussianNoise(ForwardTransform):
 
     def _eager_at(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         if x.is_floating_point():
-            return noise_kernel.gaussian_noise(x, self._eager_value("std", layer), self.multiplicative)
+            return noise_kernel.eager_noise(x, self._settings["std"].of(layer).value,
+                                            self.multiplicative)
         return self._at(layer, x)

@@ -865,6 +865,24 @@ int plugdrop_blockdrop(int dtype, int threads, const void *x, void *out, const v
     return failed ? -1 : 0;
 }
 
+/* plugdrop_blockdrop with the arguments that stay the same from call to call of one geometry
+ * packed into an array once (cext.Prepared), so that a foreign call converts 6 arguments, not
+ * 20: a = {dtype, scale, law, B, x_bstride, out_bstride, C, D, H, W, bd, bh, bw,
+ * channels_last, shared}, scale and law as addresses. */
+int plugdrop_blockdrop_packed(const int64_t *a, int threads, const void *x, void *out,
+                              int64_t k0, int64_t k1) {
+    return plugdrop_blockdrop((int)a[0], threads, x, out, (const void *)(intptr_t)a[1], k0, k1,
+                              (const int64_t *)(intptr_t)a[2], a[3], a[4], a[5], a[6], a[7],
+                              a[8], a[9], a[10], a[11], a[12], (int)a[13], (int)a[14]);
+}
+
+/* plugdrop_blockdrop_packed with the key read from memory (key[0], key[1]: the tensor torch's
+ * generator drew it into), so that it is not read back into Python first. */
+int plugdrop_blockdrop_key(const int64_t *a, int threads, const void *x, void *out,
+                           const int64_t *key) {
+    return plugdrop_blockdrop_packed(a, threads, x, out, key[0], key[1]);
+}
+
 /* ---------------------------------------------------------------------------- Gaussian noise
  *
  * out = x + std * z  (or x * (1 + std * z) with multiplicative != 0), z ~ N(0, 1) per element,

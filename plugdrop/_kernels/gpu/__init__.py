@@ -36,7 +36,7 @@ import torch
 from ..._compat import constant_result
 from .runtime import available, interpreted, triton_module
 
-__all__ = ["DEVICE_KEY", "ON_CPU", "available", "draw_key", "interpreted", "key_words",
+__all__ = ["DEVICE_KEY", "ON_CPU", "available", "draw_key", "interpreted", "key_words", "keyed_on_device",
            "runs_on", "serves", "triton_module", "works_on"]
 
 #: Run the kernels on CPU tensors too, through Triton's interpreter (tests switch it on).
@@ -48,22 +48,31 @@ ON_CPU = False
 DEVICE_KEY = False
 
 
+def keyed_on_device(x: torch.Tensor) -> bool:
+    """Whether the key of a mask of ``x`` is drawn and read on its device: while a CUDA graph
+    captures the current stream, or with :data:`DEVICE_KEY`."""
+    return DEVICE_KEY or (x.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
 def draw_key(x: torch.Tensor) -> torch.Tensor:
     """The key of one mask (or one noise field) of ``x``: two 32-bit words (int64) from
     torch's CPU generator, or, while a CUDA graph captures the current stream (or with
     :data:`DEVICE_KEY`), from torch's generator of ``x``'s device, on that device (graph-safe:
     a new key at every replay, read by the kernels there, :func:`key_words`). The two draws
     give the same words for the same seed where the device is the CPU."""
-    if DEVICE_KEY or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if keyed_on_device(x):
         return torch.randint(0, 2**32, (2,), dtype=torch.int64, device=x.device)
     return torch.randint(0, 2**32, (2,), dtype=torch.int64)
 
 
-def key_words(key: torch.Tensor) -> tuple[int, int] | tuple[torch.Tensor]:
+def key_words(key: torch.Tensor | tuple[int, int]) -> tuple[int, int] | tuple[torch.Tensor]:
     """What a Triton launch takes for ``key`` (from :func:`draw_key`): its two words read on
     the host where it is a CPU tensor (eager mode), else ``(key,)``, the tensor itself, which
     the kernels read on the device (no synchronization; under a CUDA graph, each replay's
-    key). With :data:`DEVICE_KEY`, always the tensor."""
+    key). With :data:`DEVICE_KEY`, always the tensor; two ints (a key drawn on the host) as
+    they are."""
+    if isinstance(key, tuple):
+        return key
     if DEVICE_KEY or key.device.type != "cpu":
         return (key,)
     k0, k1 = key.tolist()
