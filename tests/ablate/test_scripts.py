@@ -57,6 +57,22 @@ def test_attach_to_names_a_class(written, names):
     assert cfg.attach_to.factories == names
 
 
+def test_a_shard_dry_starts_only_its_own_variants():
+    """``--shard I/N`` trains some variants only: the dry starts (a fresh interpreter each) are
+    of theirs; a spec two variants share is started once."""
+    from plugdrop.ablate.launch.shard import select
+    from plugdrop.ablate.programs import dry
+
+    three = DROP + "  same: [{layers: conv2, transform: Dropout2d, p: 0.1}]\n" \
+        "  other: [{layers: conv1, transform: Dropout2d, p: 0.2}]\n"
+    cfg = config.loads(_script_config(variants=three), "cfg.yaml")
+    assert [v.name for v in dry._distinct(cfg)] == ["baseline", "drop", "other"]
+    mine = {v for v, _ in select(cfg.runs(), 3, 4)}  # one seed: the third variant's run
+    assert mine == {"same"}
+    assert [v.name for v in dry._distinct(cfg, mine)] == ["same"]
+    assert dry._distinct(cfg, set()) == []
+
+
 def test_runs_at_once_in_one_working_directory_are_refused_unless_told():
     text = _script_config()
     processes = make_launcher("processes", LaunchOptions(max_parallel=2))

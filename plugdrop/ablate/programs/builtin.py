@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,7 @@ class BuiltinProgram:
         self.cfg = cfg
         self.data = data
 
-    def prepare(self, d: Dist) -> None:
+    def prepare(self, d: Dist, only: Collection[str] | None = None) -> None:
         cfg = self.cfg
         if self.data is None:
             self.data = agree(d, lambda: load_data(cfg))

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,28 +63,30 @@ class DryStart:
         return f"variant {self.variant!r} attaches {what} to {', '.join(self.models) or '?'}"
 
 
-def _distinct(cfg: AblationConfig) -> list[Variant]:
-    """The first variant of each distinct spec file."""
+def _distinct(cfg: AblationConfig, only: Collection[str] | None = None) -> list[Variant]:
+    """The first variant of each distinct spec file (of the variants in ``only``, if given)."""
     seen: dict[bytes, Variant] = {}
     for v in cfg.variants:
-        seen.setdefault(contract.spec_text(v), v)
+        if only is None or v.name in only:
+            seen.setdefault(contract.spec_text(v), v)
     return list(seen.values())
 
 
 def dry_start(cfg: AblationConfig, cwd: str, located: Any = lambda line, variant: line,
-              ) -> list[DryStart]:
+              only: Collection[str] | None = None) -> list[DryStart]:
     """Dry-start the program of ``cfg`` once per distinct spec (see the module), in ``cwd``.
 
     Args:
         located: ``(line, variant) -> line`` with a place in a spec file as the place in the
             config (:meth:`~.judge.Judge.located`).
+        only: the variants to check (those a ``--shard`` trains); ``None``: every one.
 
     Raises:
         ConfigError: what the dry starts found that every run of a variant would meet (one
             line per cause, :attr:`ConfigError.before`).
     """
     assert cfg.program is not None
-    variants = _distinct(cfg)
+    variants = _distinct(cfg, only)
     seed = cfg.seed_list[0] if cfg.seed_list else 0
     limit = min(LIMIT_S, cfg.run_timeout.seconds) if cfg.run_timeout else LIMIT_S
     home = Path(tempfile.mkdtemp(prefix="plugdrop-dry-"))

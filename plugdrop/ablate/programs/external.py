@@ -27,7 +27,7 @@ import socket
 import string
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,14 +120,14 @@ class ExternalProgram:
 
     # -- before any run ------------------------------------------------------------------------
 
-    def prepare(self, d: Dist) -> None:
+    def prepare(self, d: Dist, only: Collection[str] | None = None) -> None:
         contract.check_can_start(self.cfg)
         contract.check_spec_files(self.cfg)
         if self.cfg.attach_to is not None and d.main:  # each variant on the real model
             cwd = str(self.cfg.cwd) if self.cfg.workdir != "run" else tempfile.mkdtemp(
                 prefix="plugdrop-dry-work-")
             try:
-                dry.say(dry.dry_start(self.cfg, cwd, self.judge.located))
+                dry.say(dry.dry_start(self.cfg, cwd, self.judge.located, only))
             finally:
                 if cwd != str(self.cfg.cwd):
                     shutil.rmtree(cwd, ignore_errors=True)

@@ -7,7 +7,7 @@ ended.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,10 +35,12 @@ class Program(Protocol):
     #: the config whose runs it trains
     cfg: AblationConfig
 
-    def prepare(self, d: Dist) -> None:
+    def prepare(self, d: Dist, only: Collection[str] | None = None) -> None:
         """In the driver, before any run trains (on every rank under torchrun): check all a
         run needs (plugdrop's trainer: the data, a dry step per variant; a program: that it
-        can start, and the variants' spec files).
+        can start, and the variants' spec files). ``only``: the variants this invocation may
+        train (a ``--shard``'s), what a check costing a start per variant is limited to;
+        ``None``: every variant.
 
         Raises:
             ConfigError: a mistake, one line.

@@ -19,6 +19,7 @@ from .. import runs
 from ..data import DataSets
 from ..errors import ConfigError, Fault
 from ..launch import LaunchContext, LaunchOptions, Launcher, make_launcher
+from ..launch.shard import select
 from ..programs import Program, program_of
 from ..progress import Progress
 from ..results import FAILED, FINISHED, Run, accepted_hashes, load_ablation, load_run
@@ -81,7 +82,8 @@ def run_study(strategy: Strategy, *, resume: bool, d: Dist, launcher: Launcher |
         program = program_of(cfg, data)
         if resume:
             on_rank0(d, lambda: program.check_folder(out))
-        program.prepare(d)  # everything a run needs, checked before any trains
+        # everything a run needs, checked before any trains (of a shard: its own variants')
+        program.prepare(d, None if shard is None else {v for v, _ in select(cfg.runs(), *shard)})
         lock = runs.Lock(out, shared=shard is not None, command=strategy.command)
         how = Claim(resume, shard, program, d, accept_data_change)
         on_rank0(d, lambda: _claim(strategy, lock, how))
