@@ -66,15 +66,42 @@ def _dense_copy(t: torch.Tensor) -> torch.Tensor:
     return t if _dense_strides(t) else t.contiguous()
 
 
-class _SelfAdjoint:
+class _Pair:
+    """One autograd op ``out = op(x, a, b, c)`` as two Functions: one in the classic style (its
+    ``apply`` is cheap) and, while a ``torch.func`` transform runs, one in the ``setup_context``
+    style that ``torch.func`` requires (its ``apply`` binds arguments with ``inspect``: about
+    15 us a call). ``save(ctx, a, b, c)`` keeps what ``backward`` and ``jvp`` need."""
+
+    eager: Any
+    func: Any
+
+    def _make(self, name: str, op: Callable[..., torch.Tensor], save: Callable[..., None],
+              backward: Callable[..., Any], jvp: Callable[..., Any]) -> None:
+        def eager_forward(ctx: Any, x: torch.Tensor, a: Any, b: Any, c: Any) -> torch.Tensor:
+            save(ctx, a, b, c)
+            return op(x, a, b, c)
+
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            save(ctx, *inputs[1:])
+
+        common = {"backward": staticmethod(backward), "jvp": staticmethod(jvp)}
+        self.eager = type(name, (torch.autograd.Function,),
+                          {"forward": staticmethod(eager_forward), **common})
+        self.func = type(name, (torch.autograd.Function,),
+                         {"forward": staticmethod(op),
+                          "setup_context": staticmethod(setup_context), **common})
+
+    def apply(self, x: torch.Tensor, a: Any, b: Any, c: Any) -> torch.Tensor:
+        fn = self.func if _compat.functorch_active() else self.eager
+        return fn.apply(x, a, b, c)
+
+
+class _SelfAdjoint(_Pair):
     """An autograd op ``out = op(x, a, b, meta)``, linear in ``x`` with a diagonal Jacobian
     (a masking); ``a`` and ``b`` are the small tensors it needs, ``meta`` a tuple of Python
     values. Its backward and its jvp are the same masking of the gradient or the tangent,
     through the op itself, so both are differentiable again.
 
-    Two Functions compute it: one in the classic style (its ``apply`` is cheap) and, while a
-    ``torch.func`` transform runs, one in the ``setup_context`` style that ``torch.func``
-    requires (its ``apply`` binds arguments with ``inspect``: about 15 us a call).
     """
 
     def __init__(self, name: str, op: Callable[..., torch.Tensor],
@@ -98,30 +125,10 @@ class _SelfAdjoint:
             ctx.save_for_forward(a, b)
             ctx.meta = meta
 
-        def eager_forward(ctx: Any, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                          meta: Any) -> torch.Tensor:
-            save(ctx, a, b, meta)
-            return op(x, a, b, meta)
-
-        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            save(ctx, *inputs[1:])
-
-        self.eager: Any
-        self.func: Any
-        common = {"backward": staticmethod(backward), "jvp": staticmethod(jvp)}
-        self.eager = type(name, (torch.autograd.Function,),
-                          {"forward": staticmethod(eager_forward), **common})
-        self.func = type(name, (torch.autograd.Function,),
-                         {"forward": staticmethod(op),
-                          "setup_context": staticmethod(setup_context), **common})
-
-    def apply(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-              meta: Any) -> torch.Tensor:
-        fn = self.func if _compat.functorch_active() else self.eager
-        return fn.apply(x, a, b, meta)
+        self._make(name, op, save, backward, jvp)
 
 
-class _Keyed:
+class _Keyed(_Pair):
     """An autograd op ``out = plan.run(x, k0, k1)``: a masking of ``x`` that ``plan`` (a
     :class:`KeyedPlan`, the kernel's call prepared once per geometry) draws from the key
     ``(k0, k1)``, two Python ints. Nothing is saved but the plan and the key (no tensor); the
@@ -145,29 +152,13 @@ class _Keyed:
             plan, k0, k1 = ctx.keyed
             return self.apply(x_t, plan, k0, k1) if plan.linear else x_t
 
-        def eager_forward(ctx: Any, x: torch.Tensor, plan: Any, k0: int, k1: int
-                          ) -> torch.Tensor:
-            ctx.keyed = (plan, k0, k1)
-            return plan.run(x, k0, k1)
-
         def op(x: torch.Tensor, plan: Any, k0: int, k1: int) -> torch.Tensor:
             return plan.run(x, k0, k1)
 
-        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            ctx.keyed = inputs[1:]
+        def save(ctx: Any, plan: Any, k0: int, k1: int) -> None:
+            ctx.keyed = (plan, k0, k1)
 
-        self.eager: Any
-        self.func: Any
-        common = {"backward": staticmethod(backward), "jvp": staticmethod(jvp)}
-        self.eager = type(name, (torch.autograd.Function,),
-                          {"forward": staticmethod(eager_forward), **common})
-        self.func = type(name, (torch.autograd.Function,),
-                         {"forward": staticmethod(op),
-                          "setup_context": staticmethod(setup_context), **common})
-
-    def apply(self, x: torch.Tensor, plan: Any, k0: int, k1: int) -> torch.Tensor:
-        fn = self.func if _compat.functorch_active() else self.eager
-        return fn.apply(x, plan, k0, k1)
+        self._make(name, op, save, backward, jvp)
 
 
 class KeyedPlan(Protocol):
