@@ -61,7 +61,7 @@ class FusedPlan:
     strides and dtype). A :class:`~.autograd.KeyedPlan`: the autograd op saves the plan and the
     key, and the backward runs the same prepared call on the gradient."""
 
-    __slots__ = ("scale", "meta", "call", "ones", "triton")
+    __slots__ = ("scale", "meta", "call", "ones", "triton", "masker")
     linear = True
 
     def __init__(self, scale: torch.Tensor, meta: tuple[Any, ...], like: torch.Tensor) -> None:
@@ -83,10 +83,14 @@ class FusedPlan:
         # A small tensor is multiplied by its mask (below): the ones the mask is drawn on, laid
         # out as the tensors of the plan (so that the prepared call fits them).
         self.ones: torch.Tensor | None = None
+        # ... by the C kernel's call bound to them once: ``masker(key_address)``
+        self.masker: Any = None
         if like.numel() <= MASK_MUL_MAX_NUMEL and like.dtype in (torch.float32, torch.float64):
             with _compat.constants():
                 self.ones = torch.empty_strided(like.shape, like.stride(), dtype=like.dtype,
                                                 device=like.device).fill_(1.0)
+            if type(call) is cext.Prepared:
+                self.masker = call.bound(self.ones)
 
     def key(self, x: torch.Tensor) -> tuple[Any, Any]:
         """A new key for a mask of ``x``: two ints from torch's CPU generator, or, for the
@@ -115,13 +119,14 @@ class FusedPlan:
         ones = self.ones
         if ones is not None:
             # The multiplier (``scale`` where kept, 0 where dropped) times x: one native op,
-            # whose backward is native too (see MASK_MUL_MAX_NUMEL). The prepared call fits
-            # the ones (made like the plan's tensors).
-            call = self.call
-            if type(call) is cext.Prepared and not _compat.functorch_active():
-                key = draws.drawn_key()  # read by the kernel where torch drew it
-                mult = call.keyed(ones, key)
-                return x * (mult if mult is not None else self.run(ones, *key.tolist()))
+            # whose backward is native too (see MASK_MUL_MAX_NUMEL).
+            masker = self.masker
+            if masker is not None and not _compat.functorch_active():
+                # the key read by the kernel where torch drew it, the call bound to the ones
+                mult = masker(draws.drawn_key_address())
+                if mult is None:  # the kernel could not allocate: its general path
+                    mult = self.run(ones, *draws.last_key())
+                return x * mult
             k0, k1 = self.key(x)
             if not _compat.functorch_active():
                 return x * self.run(ones, k0, k1)

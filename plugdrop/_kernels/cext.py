@@ -4,131 +4,27 @@ The kernel draws the seeds itself from a counter-based generator keyed by two 32
 :func:`draw_key` takes from torch's generator (so ``torch.manual_seed`` reproduces the mask and
 checkpointing replays it); :func:`hashed_seeds` is the same generator in torch ops.
 
-Built at first use with the system C compiler (``cc``; a fraction of a second, no PyTorch
-headers) into a per-user cache, and loaded with ctypes. Where no compiler is found, the build
-fails, or ``PLUGDROP_NO_CEXT=1`` is set, :func:`blockdrop` returns ``None`` and plugdrop uses
-the torch-op path: the same distribution of masks, drawn differently (other masks for the same
-seed).
+Built at first use with the system C compiler and loaded with ctypes (:mod:`.cbuild`; its
+CPython entry point, where it is built, serves :meth:`Prepared.bound`). Where no compiler is
+found, the build fails, or ``PLUGDROP_NO_CEXT=1`` is set, :func:`blockdrop` returns ``None``
+and plugdrop uses the torch-op path: the same distribution of masks, drawn differently (other
+masks for the same seed).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import math
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import sysconfig
-import tempfile
-import threading
-import warnings
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 
 from .. import _compat
+from .cbuild import SOURCE as _SOURCE
+from .cbuild import extension, library
 
-_SOURCE = Path(__file__).with_name("_csrc") / "blockdrop.c"
 _DTYPES = {torch.float32: 0, torch.float64: 1}
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_tried = False
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("PLUGDROP_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") \
-        or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "plugdrop"
-
-
-def _cpu_capability() -> str:
-    try:
-        return torch.backends.cpu.get_cpu_capability()
-    except Exception:  # pragma: no cover - older torch
-        return "DEFAULT"
-
-
-def _torch_uses_libgomp() -> bool:
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return False
-    return "libgomp" in maps and "libiomp" not in maps
-
-
-def _build() -> ctypes.CDLL | None:
-    if os.environ.get("PLUGDROP_NO_CEXT", "") not in ("", "0"):
-        return None
-    if sys.platform.startswith("win"):
-        return None
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") \
-        or shutil.which("clang")
-    if compiler is None:
-        return None
-    source = _SOURCE.read_bytes()
-    flags = ["-O3", "-shared", "-fPIC", "-pthread", "-fno-math-errno"]
-    if _cpu_capability() in ("AVX2", "AVX512") and platform.machine() in ("x86_64", "AMD64"):
-        flags += ["-mavx2", "-mfma"]  # the file name below is keyed by the flags
-    if _torch_uses_libgomp():
-        # Linked against libgomp.so.1, the kernel binds to the libgomp PyTorch already loaded
-        # and runs on PyTorch's own worker threads (separate threads would fight its spinning
-        # workers for the cores).
-        flags.append("-fopenmp")
-    key = hashlib.sha256(source + " ".join([compiler, *flags]).encode()
-                         + sysconfig.get_platform().encode()).hexdigest()[:16]
-    target = _cache_dir() / f"blockdrop-{key}.so"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            out = Path(tmp) / target.name
-            proc = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(out)],
-                                  capture_output=True, text=True)
-            if proc.returncode != 0 and "-fopenmp" in flags:
-                flags.remove("-fopenmp")  # a compiler without OpenMP: plain threads
-                proc = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(out)],
-                                      capture_output=True, text=True)
-            if proc.returncode != 0:
-                warnings.warn("plugdrop: building the fused DropBlock kernel failed; using "
-                              "the torch-op path.\n" + proc.stderr[-2000:], RuntimeWarning,
-                              stacklevel=2)
-                return None
-            os.replace(out, target)  # atomic: concurrent builders do not clash
-    lib = ctypes.CDLL(str(target))
-    fn = lib.plugdrop_blockdrop_packed
-    i64 = ctypes.c_int64
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64]
-    fn.restype = ctypes.c_int
-    keyed = lib.plugdrop_blockdrop_key
-    keyed.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                      ctypes.c_void_p]
-    keyed.restype = ctypes.c_int
-    noise = lib.plugdrop_noise
-    noise.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, i64, i64, i64,
-                      ctypes.c_double, ctypes.c_int]
-    noise.restype = ctypes.c_int
-    lib.plugdrop_isa.argtypes = [ctypes.c_int]
-    lib.plugdrop_isa.restype = ctypes.c_int
-    return lib
-
-
-def library() -> ctypes.CDLL | None:
-    """The loaded kernel library, or ``None`` if it cannot be had here."""
-    global _lib, _tried
-    if not _tried:
-        with _lock:
-            if not _tried:
-                try:
-                    _lib = _build()
-                except Exception as e:  # a broken toolchain must never break training
-                    warnings.warn(f"plugdrop: fused DropBlock kernel unavailable ({e}); using "
-                                  f"the torch-op path.", RuntimeWarning, stacklevel=2)
-                    _lib = None
-                _tried = True
-    return _lib
 
 
 def sample_layout(t: torch.Tensor) -> int | None:
@@ -176,6 +72,8 @@ def draw_key() -> torch.Tensor:
 
 #: seed-grid positions per block of the generator (``_csrc/blockdrop.c``)
 BLOCK = 256
+#: elements below which the kernel runs a call on one thread (``GRAIN`` in ``_csrc/blockdrop.c``)
+GRAIN = 65536
 
 
 def _u32(prob: float) -> int:
@@ -327,6 +225,40 @@ class Prepared:
                        key.data_ptr()) != 0:
             return None
         return out
+
+
+    def bound(self, x: torch.Tensor) -> Callable[[int], torch.Tensor | None]:
+        """:meth:`keyed` on ``x`` bound once, for a tensor ``x`` this call fits and that stays
+        the same (the caller keeps it alive and unchanged: the kernel reads it through its
+        address) of fewer than :data:`GRAIN` elements (the kernel runs it on one thread
+        whatever the thread count): ``f(key_address)``, the address of two int64 words in a CPU
+        tensor (:func:`.draws.drawn_key_address`), gives the kernel's new tensor or ``None``
+        (:meth:`__call__`'s). The same call as :meth:`keyed`, with what it looks up per call
+        (the arguments, ``x``'s address, how the output is made) fixed."""
+        if not self.fits(x) or x.numel() >= GRAIN:
+            raise ValueError(f"a bound kernel call takes a tensor of the prepared geometry of "
+                             f"fewer than {GRAIN} elements, got {tuple(x.shape)}")
+        ext = extension()
+        # the CPython entry point takes the packed arguments by address; the closure keeps
+        # them (and this call, whose scale and law they point to) alive
+        fn: Callable[..., int] = self._keyed if ext is None else ext.keyed
+        args: object = self._args if ext is None else ctypes.addressof(self._args)
+        address, keep = x.data_ptr(), self
+        if self._like:
+            empty_like = torch.empty_like
+
+            def run(key: int) -> torch.Tensor | None:
+                out = empty_like(x)
+                return None if fn(args, 1, address, out.data_ptr(), key) else out
+        else:
+            empty_strided, shape, stride, dtype = (torch.empty_strided, self.shape,
+                                                   self._out_stride, self.dtype)
+
+            def run(key: int) -> torch.Tensor | None:
+                out = empty_strided(shape, stride, dtype=dtype)
+                return None if fn(args, 1, address, out.data_ptr(), key) else out
+        run.prepared = keep  # type: ignore[attr-defined]
+        return run
 
 
 def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:

@@ -173,6 +173,31 @@ def drawn_key() -> torch.Tensor:
     try:
         buf = _KEYS.buf
     except AttributeError:
-        with _compat.constants():
-            buf = _KEYS.buf = torch.empty(2, dtype=torch.int64)
+        buf = _key_buffer()
     return buf.random_(0, 2**32)
+
+
+def drawn_key_address() -> int:
+    """:func:`drawn_key`, its draws made, as the address of the two words (for a kernel that
+    reads them there: :meth:`.cext.Prepared.bound`)."""
+    try:
+        buf, address = _KEYS.buf, _KEYS.address
+    except AttributeError:
+        buf = _key_buffer()
+        address = _KEYS.address
+    buf.random_(0, 2**32)
+    return address
+
+
+def last_key() -> tuple[int, int]:
+    """The two words this thread's last :func:`drawn_key_address` drew (not a new draw)."""
+    k0, k1 = _KEYS.buf.tolist()
+    return k0, k1
+
+
+def _key_buffer() -> torch.Tensor:
+    """This thread's key tensor, made (with its address) at its first draw."""
+    with _compat.constants():
+        buf = _KEYS.buf = torch.empty(2, dtype=torch.int64)
+    _KEYS.address = buf.data_ptr()
+    return buf

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import plugdrop as pd
 from plugdrop._kernels import autograd as KA
-from plugdrop._kernels import blockdrop, cext, draws
+from plugdrop._kernels import blockdrop, cbuild, cext, draws
 from plugdrop._kernels import noise as noise_kernel
 from plugdrop.functional import drop_block, gaussian_noise
 
@@ -137,3 +137,44 @@ def test_the_hooks_small_noise_is_gaussian_noises(multiplicative):
     got = _seeded(lambda t: noise_kernel.eager_noise(t, 0.3, multiplicative), cl)
     want = _seeded(lambda t: gaussian_noise(t, 0.3, multiplicative=multiplicative), cl)
     assert torch.equal(got, want) and got.stride() == cl.stride()
+
+
+@needs_cext
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("through", ["extension", "ctypes"])
+def test_the_bound_kernel_call_is_the_keyed_call(monkeypatch, fmt, through):
+    # The call bound once to a small tensor (the plan's ones) computes what the prepared call
+    # computes from the same key, through the CPython entry point and through ctypes alike.
+    if through == "ctypes":
+        monkeypatch.setattr(cbuild, "_ext", None)
+    elif cext.extension() is None:
+        pytest.skip("the kernel was built without the Python headers")
+    ones = torch.ones(2, 4, 8, 8, dtype=torch.float64).to(memory_format=fmt)
+    call = cext.prepare(ones, torch.rand(8, 8) + 1, cext.thresholds(0.2), (3, 3))
+    run = call.bound(ones)
+    torch.manual_seed(4)
+    got = run(draws.drawn_key_address())
+    k0, k1 = draws.last_key()
+    torch.manual_seed(4)
+    assert [k0, k1] == cext.draw_key().tolist()  # the same words as a fresh draw
+    want = call(ones, k0, k1)
+    assert torch.equal(got, want) and got.stride() == want.stride() == ones.stride()
+    assert (got == 0).any()
+    with pytest.raises(ValueError, match="prepared geometry"):
+        call.bound(torch.ones(2, 4, 8, 9, dtype=torch.float64))
+
+
+@needs_cext
+def test_a_small_plan_whose_kernel_fails_uses_the_key_it_drew(monkeypatch):
+    # The kernel returns None when it cannot allocate its scratch memory: the plan then runs
+    # its general path with the key already drawn (not a second draw), the same mask.
+    x = torch.randn(2, 4, 8, 8)
+    f = lambda t: drop_block(t, 0.3, 3)  # noqa: E731
+    want = _seeded(f, x)
+    plan = blockdrop.plan_for(x, 0.3, (3, False, "expected"))
+    assert plan is not None and plan.masker is not None
+    monkeypatch.setattr(plan, "masker", lambda key: None)
+    torch.manual_seed(3)
+    got = f(x)
+    assert torch.equal(got, want) and torch.equal(torch.rand(3), _seeded(
+        lambda t: (f(t), torch.rand(3))[1], x))

@@ -13,7 +13,7 @@ import torch
 
 import plugdrop as pd
 from plugdrop._kernels import autograd as KA
-from plugdrop._kernels import cext, dense, draws
+from plugdrop._kernels import cbuild, cext, dense, draws
 from plugdrop.functional import drop_block
 from conftest import sigma_tol
 
@@ -451,6 +451,39 @@ def test_kernel_builds_where_a_compiler_is_found(tmp_path):
                            "-Werror", str(cext._SOURCE), "-o", str(tmp_path / "k.so")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # Where the Python headers are, the library holds the CPython entry point too, imported
+    # as a module (the hooks' small calls go through it), warning-free as well.
+    include = cbuild.python_include()
+    if include is not None:
+        assert cext.extension() is not None
+        proc = subprocess.run([_compiler(), "-O2", "-shared", "-fPIC", "-Wall", "-Wno-psabi",
+                               "-Werror", f"-I{include}", str(cext._SOURCE),
+                               str(cbuild.PY_SOURCE), "-o", str(tmp_path / "kp.so")],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform.startswith("win") or _compiler() is None
+                    or os.environ.get("PLUGDROP_NO_CEXT", "") not in ("", "0"),
+                    reason="no C compiler here, or the kernel switched off")
+def test_a_library_without_its_python_entry_point_is_built_plain(tmp_path, monkeypatch):
+    # Where the CPython entry point does not compile (here: a broken copy of it), the kernel
+    # library is built without it, once: a marker keeps later processes from trying again.
+    monkeypatch.setenv("PLUGDROP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cbuild, "python_include", lambda: tmp_path)
+    broken = tmp_path / "pycall.c"
+    broken.write_text("#include <Python.h>\nthis is not C;\n")
+    monkeypatch.setattr(cbuild, "PY_SOURCE", broken)
+    compiled = []
+    real = cbuild._compile
+    monkeypatch.setattr(cbuild, "_compile", lambda *a: compiled.append(a[2]) or real(*a))
+    lib, ext = cbuild._build()
+    assert lib is not None and ext is None and len(compiled) == 2
+    assert list((tmp_path / "plugdrop").glob("*.failed"))
+    lib, ext = cbuild._build()
+    assert lib is not None and ext is None and len(compiled) == 2  # neither built again
+    assert lib.plugdrop_isa(-1) in (0, 1)
 
 
 @pytest.mark.parametrize("shape,blocks", [((3, 4, 14, 14), (7, 7)), ((3, 4, 9, 12), (4, 3)),
