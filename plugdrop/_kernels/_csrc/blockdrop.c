@@ -569,6 +569,8 @@ static uint64_t *grow_blocks(uint64_t *m, uint64_t *t, int64_t bits, int64_t bw,
 /* Below this map size, runs of consecutive maps are written in one go (a copy of the scale
  * map per map of a group) instead of map by map. */
 #define SMALL_MAP 256
+/* bytes of channels-first scratch arrays taken on the stack (a small call's: no allocation) */
+#define SCRATCH_ON_STACK 8192
 
 /* Channels-first maps u0 .. u1 - 1 (u0 a multiple of job->align). The seeds of a group of maps
  * are drawn on their seed grid, placed as bits on the maps' positions (seed_table), grown into
@@ -591,24 +593,32 @@ static void channels_first(job_t *job, int dtype) {
     const int64_t sw = (S + 63) / 64 + 2;      /* words of one map's mask (shared) */
     const int64_t nw = (gm * S + 63) / 64 + 2; /* + padding for bits8 and or_bits_at */
     const int64_t nv = shared ? V : gm * V;    /* seeds drawn at a time (seed-grid positions) */
-    uint64_t *mask = (uint64_t *)malloc((size_t)nw * 8);
-    uint64_t *tmp = (uint64_t *)malloc((size_t)nw * 8);
-    uint64_t *mask2 = (uint64_t *)malloc((size_t)nw * 8);
-    uint64_t *tmp2 = (uint64_t *)malloc((size_t)nw * 8);
-    uint64_t *smask = (uint64_t *)malloc((size_t)(2 * sw) * 8);
     /* whole maps: bit u - u0 says map u is dropped (all the thread's maps drawn at once: the
      * generator's vectors need many blocks of 256 positions) */
     const int64_t dw = shared ? 1 : (job->u1 - job->u0 + 63) / 64;
-    uint64_t *drawn = (uint64_t *)calloc((size_t)dw, 8);
-    uint32_t *at = (uint32_t *)malloc((size_t)nv * 4);
-    void *srep = S < SMALL_MAP ? malloc((size_t)(gm * S * es)) : NULL;
-    if (!mask || !tmp || !mask2 || !tmp2 || !smask || !drawn || !at ||
-        (S < SMALL_MAP && !srep)) {
-        free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(drawn); free(at);
-        free(srep);
+    /* The scratch arrays, in one piece: on the stack for a small call (a hooked call on a
+     * small tensor pays no allocation), else one allocation. Each array starts at a multiple
+     * of 64 bytes of the piece. */
+    size_t parts[8] = {(size_t)nw * 8, (size_t)nw * 8, (size_t)nw * 8, (size_t)nw * 8,
+                       (size_t)(2 * sw) * 8, (size_t)dw * 8, (size_t)nv * 4,
+                       S < SMALL_MAP ? (size_t)(gm * S * es) : 0};
+    size_t total = 0;
+    for (int i = 0; i < 8; ++i) total += (parts[i] + 63) & ~(size_t)63;
+    _Alignas(64) unsigned char local[SCRATCH_ON_STACK];
+    unsigned char *piece = total <= sizeof local ? local : (unsigned char *)malloc(total);
+    if (!piece) {
         job->failed = 1;
         return;
     }
+    unsigned char *at_part[8];
+    for (size_t i = 0, off = 0; i < 8; off += (parts[i] + 63) & ~(size_t)63, ++i)
+        at_part[i] = piece + off;
+    uint64_t *mask = (uint64_t *)at_part[0], *tmp = (uint64_t *)at_part[1];
+    uint64_t *mask2 = (uint64_t *)at_part[2], *tmp2 = (uint64_t *)at_part[3];
+    uint64_t *smask = (uint64_t *)at_part[4], *drawn = (uint64_t *)at_part[5];
+    uint32_t *at = (uint32_t *)at_part[6];
+    void *srep = S < SMALL_MAP ? (void *)at_part[7] : NULL;
+    memset(drawn, 0, parts[5]);
     seed_table(at, shared ? 1 : gm, S, H, W, Dv, Hv, Wv);
     if (srep)
         for (int64_t k = 0; k < gm; ++k)
@@ -757,8 +767,7 @@ static void channels_first(job_t *job, int dtype) {
         }
         u += n;
     }
-    free(mask); free(tmp); free(mask2); free(tmp2); free(smask); free(drawn); free(at);
-    free(srep);
+    if (piece != local) free(piece);
 }
 
 /* Channels-last samples u0 .. u1 - 1: x * scale, then the block of each seed zeroed. */
