@@ -83,7 +83,7 @@ class FusedPlan:
         # A small tensor is multiplied by its mask (below): the ones the mask is drawn on, laid
         # out as the tensors of the plan (so that the prepared call fits them).
         self.ones: torch.Tensor | None = None
-        # ... by the C kernel's call bound to them once: ``masker(key_address)``
+        # ... by the C kernel's call bound to them once: ``masker()`` draws a key and the mask
         self.masker: Any = None
         if like.numel() <= MASK_MUL_MAX_NUMEL and like.dtype in (torch.float32, torch.float64):
             with _compat.constants():
@@ -123,7 +123,7 @@ class FusedPlan:
             masker = self.masker
             if masker is not None and not _compat.functorch_active():
                 # the key read by the kernel where torch drew it, the call bound to the ones
-                mult = masker(draws.drawn_key_address())
+                mult = masker()
                 if mult is None:  # the kernel could not allocate: its general path
                     mult = self.run(ones, *draws.last_key())
                 return x * mult

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from .. import _compat
+from . import draws
 from .cbuild import SOURCE as _SOURCE
 from .cbuild import extension, library
 
@@ -227,14 +228,15 @@ class Prepared:
         return out
 
 
-    def bound(self, x: torch.Tensor) -> Callable[[int], torch.Tensor | None]:
-        """:meth:`keyed` on ``x`` bound once, for a tensor ``x`` this call fits and that stays
-        the same (the caller keeps it alive and unchanged: the kernel reads it through its
-        address) of fewer than :data:`GRAIN` elements (the kernel runs it on one thread
-        whatever the thread count): ``f(key_address)``, the address of two int64 words in a CPU
-        tensor (:func:`.draws.drawn_key_address`), gives the kernel's new tensor or ``None``
-        (:meth:`__call__`'s). The same call as :meth:`keyed`, with what it looks up per call
-        (the arguments, ``x``'s address, how the output is made) fixed."""
+    def bound(self, x: torch.Tensor) -> Callable[[], torch.Tensor | None]:
+        """:meth:`keyed` on ``x`` with a new key, bound once, for a tensor ``x`` this call fits
+        and that stays the same (the caller keeps it alive and unchanged: the kernel reads it
+        through its address) of fewer than :data:`GRAIN` elements (the kernel runs it on one
+        thread whatever the thread count): ``f()`` draws a key into this thread's key tensor
+        (:func:`.draws.drawn_key`'s draw; :func:`.draws.last_key` reads it) and gives the
+        kernel's new tensor for it, or ``None`` (:meth:`__call__`'s). The same call as
+        :meth:`keyed`, with what it looks up per call fixed; through the library's CPython
+        entry point where it has one (:func:`.cbuild.extension`), else ctypes."""
         if not self.fits(x) or x.numel() >= GRAIN:
             raise ValueError(f"a bound kernel call takes a tensor of the prepared geometry of "
                              f"fewer than {GRAIN} elements, got {tuple(x.shape)}")
@@ -243,21 +245,19 @@ class Prepared:
         # them (and this call, whose scale and law they point to) alive
         fn: Callable[..., int] = self._keyed if ext is None else ext.keyed
         args: object = self._args if ext is None else ctypes.addressof(self._args)
-        address, keep = x.data_ptr(), self
-        if self._like:
-            empty_like = torch.empty_like
+        address, keep, keys, first = x.data_ptr(), self, draws.KEYS, draws.key_buffer
+        like, empty_like, empty_strided = self._like, torch.empty_like, torch.empty_strided
 
-            def run(key: int) -> torch.Tensor | None:
-                out = empty_like(x)
-                return None if fn(args, 1, address, out.data_ptr(), key) else out
-        else:
-            empty_strided, shape, stride, dtype = (torch.empty_strided, self.shape,
-                                                   self._out_stride, self.dtype)
-
-            def run(key: int) -> torch.Tensor | None:
-                out = empty_strided(shape, stride, dtype=dtype)
-                return None if fn(args, 1, address, out.data_ptr(), key) else out
-        run.prepared = keep  # type: ignore[attr-defined]
+        def run() -> torch.Tensor | None:
+            try:
+                key, at = keys.buf, keys.address
+            except AttributeError:  # this thread's first draw
+                key = first()
+                at = keys.address
+            key.random_(0, 2**32)
+            out = empty_like(x) if like else empty_strided(keep.shape, keep._out_stride,
+                                                            dtype=keep.dtype)
+            return None if fn(args, 1, address, out.data_ptr(), at) else out
         return run
 
 

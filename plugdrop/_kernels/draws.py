@@ -152,7 +152,7 @@ def keep_multiplier(x: torch.Tensor, shape: tuple[int, ...], p: float | torch.Te
 
 #: each thread's tensor of two words that :func:`draw_words` draws into (DataParallel runs
 #: replicas in threads: one buffer each, so that no two calls read the same key)
-_KEYS = threading.local()
+KEYS = threading.local()
 
 
 def draw_words() -> tuple[int, int]:
@@ -171,33 +171,23 @@ def drawn_key() -> torch.Tensor:
     (the same values from the same generator state); valid until the thread's next draw. Not
     inside a ``torch.func`` transform, which refuses the mutation (:func:`draw_words` knows)."""
     try:
-        buf = _KEYS.buf
+        buf = KEYS.buf
     except AttributeError:
-        buf = _key_buffer()
+        buf = key_buffer()
     return buf.random_(0, 2**32)
 
 
-def drawn_key_address() -> int:
-    """:func:`drawn_key`, its draws made, as the address of the two words (for a kernel that
-    reads them there: :meth:`.cext.Prepared.bound`)."""
-    try:
-        buf, address = _KEYS.buf, _KEYS.address
-    except AttributeError:
-        buf = _key_buffer()
-        address = _KEYS.address
-    buf.random_(0, 2**32)
-    return address
-
-
 def last_key() -> tuple[int, int]:
-    """The two words this thread's last :func:`drawn_key_address` drew (not a new draw)."""
-    k0, k1 = _KEYS.buf.tolist()
+    """The two words this thread's last draw into its key tensor (:func:`drawn_key`, or a
+    bound kernel call's: :meth:`.cext.Prepared.bound`) drew (not a new draw)."""
+    k0, k1 = KEYS.buf.tolist()
     return k0, k1
 
 
-def _key_buffer() -> torch.Tensor:
-    """This thread's key tensor, made (with its address) at its first draw."""
+def key_buffer() -> torch.Tensor:
+    """This thread's key tensor, made at its first draw (its address kept with it, in
+    ``KEYS.address``)."""
     with _compat.constants():
-        buf = _KEYS.buf = torch.empty(2, dtype=torch.int64)
-    _KEYS.address = buf.data_ptr()
+        buf = KEYS.buf = torch.empty(2, dtype=torch.int64)
+    KEYS.address = buf.data_ptr()
     return buf
