@@ -341,10 +341,10 @@ def dropout2d(x: torch.Tensor, p: Number, layout: str | None,
 
 
 #: The channels-first float shapes (with their layout setting) Dropout2d's general path took
-#: without raising -> the tensor of ones its per-channel mask is drawn from
-#: (:func:`.draws.ones`): the checks depend on the shape and the layout only. Shared by all
-#: transform objects, never copied or pickled with them.
-_CHECKED_MAPS: dict[tuple[Any, ...], torch.Tensor] = {}
+#: without raising -> the tensor of ones its per-channel mask is drawn from (with the scale of
+#: the last ``p``: :class:`.draws.Ones`): the checks depend on the shape and the layout only.
+#: Shared by all transform objects, never copied or pickled with them.
+_CHECKED_MAPS: dict[tuple[Any, ...], draws.Ones] = {}
 
 
 def dropout2d_cached(x: torch.Tensor, p: float, layout: str | None,
@@ -354,12 +354,11 @@ def dropout2d_cached(x: torch.Tensor, p: float, layout: str | None,
     shape checked before get their mask in two torch calls. ``None`` for anything else: the
     caller takes its checked path (which raises on a bad shape, naming the layer), then
     :func:`remember_map`."""
-    key = (x.shape, x.dtype, x.device, layout)
-    ones = _CHECKED_MAPS.get(key)
+    ones = _CHECKED_MAPS.get((x.shape, x.dtype, x.device, layout))
     if ones is not None:  # a shape met before (which the fused kernel does not take)
         if p == 0.0:
             return x
-        return x * draws.keep_mult_from(ones, p, True, key[1], key[2])
+        return x * ones.mult(p, True)
     if dropout2d_fused(x):
         if x.is_floating_point() and (layout is None or layout == "channels_first"):
             return dropout2d(x, p, layout, prefix_tokens)

@@ -128,14 +128,40 @@ def keep_mult_from(ones: torch.Tensor, p: float, scale_by_keep: bool, dtype: tor
     return mult
 
 
-def remember_ones(cache: dict[tuple[object, ...], torch.Tensor], key: tuple[object, ...],
+class Ones:
+    """A tensor of ones a mask of its shape is drawn from (:func:`keep_mult_from`'s draw), with
+    the scale of the last ``p`` it was drawn at: a hook's repeated call on a shape it met draws
+    its mask with no lookup (a schedule's new ``p`` looks the scale up once). Made by
+    :func:`remember_ones`."""
+
+    __slots__ = ("ones", "p", "scale")
+
+    def __init__(self, ones: torch.Tensor) -> None:
+        self.ones = ones
+        self.p: float | None = None
+        self.scale: torch.Tensor | None = None
+
+    def mult(self, p: float, scale_by_keep: bool) -> torch.Tensor:
+        """``keep_mult_from(self.ones, p, scale_by_keep, ...)``: the same draw and values."""
+        mult = torch.bernoulli(self.ones, 1.0 - p)
+        if scale_by_keep:
+            scale = self.scale
+            if p != self.p or scale is None:  # a new p (a schedule's step): its scale
+                ones = self.ones
+                scale = self.scale = _cached((p, ones.dtype, ones.device), 1.0 / (1.0 - p), ())
+                self.p = p
+            mult.mul_(scale)
+        return mult
+
+
+def remember_ones(cache: dict[tuple[object, ...], Ones], key: tuple[object, ...],
                   shape: tuple[int, ...]) -> None:
     """Store in ``cache`` under ``key`` (whose 2nd and 3rd items are the dtype and device) the
-    tensor of ones a mask of ``shape`` is drawn from: the hooks' record of shapes already
+    :class:`Ones` a mask of ``shape`` is drawn from: the hooks' record of shapes already
     checked. Bounded by clearing."""
     if len(cache) >= 256:
         cache.clear()
-    cache[key] = ones(shape, key[1], key[2])  # type: ignore[arg-type]
+    cache[key] = Ones(ones(shape, key[1], key[2]))  # type: ignore[arg-type]
 
 
 def keep_multiplier(x: torch.Tensor, shape: tuple[int, ...], p: float | torch.Tensor,

@@ -57,9 +57,10 @@ def drop_path(x: torch.Tensor, p: Number, scale_by_keep: bool) -> torch.Tensor:
 
 
 #: (shape, dtype, device) of the float inputs with a batch dim that DropPath's general path
-#: took without raising -> the tensor of ones their per-sample mask is drawn from. Shared by
-#: all transform objects, never copied or pickled with them.
-_BATCHED: dict[tuple[Any, ...], torch.Tensor] = {}
+#: took without raising -> the tensor of ones their per-sample mask is drawn from (with the
+#: scale of the last ``p``: :class:`.draws.Ones`). Shared by all transform objects, never
+#: copied or pickled with them.
+_BATCHED: dict[tuple[Any, ...], draws.Ones] = {}
 
 
 def drop_path_cached(x: torch.Tensor, p: float, scale_by_keep: bool) -> torch.Tensor | None:
@@ -68,13 +69,12 @@ def drop_path_cached(x: torch.Tensor, p: float, scale_by_keep: bool) -> torch.Te
     three small ops). ``None`` for a shape not met yet: the caller takes its checked path
     (which raises on a 0-dim or integer tensor, naming the layer), then
     :func:`remember_batched`."""
-    key = (x.shape, x.dtype, x.device)
-    ones = _BATCHED.get(key)
+    ones = _BATCHED.get((x.shape, x.dtype, x.device))
     if ones is None:
         return None
     if p == 0.0:
         return x
-    return x * draws.keep_mult_from(ones, p, scale_by_keep, key[1], key[2])
+    return x * ones.mult(p, scale_by_keep)
 
 
 def remember_batched(x: torch.Tensor) -> None:

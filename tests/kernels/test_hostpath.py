@@ -179,3 +179,29 @@ def test_a_small_plan_whose_kernel_fails_uses_the_key_it_drew(monkeypatch):
     got = f(x)
     assert torch.equal(got, want) and torch.equal(torch.rand(3), _seeded(
         lambda t: (f(t), torch.rand(3))[1], x))
+
+
+@pytest.mark.parametrize("name", ["Dropout2d", "DropPath"])
+def test_a_remembered_shape_rescales_by_the_p_of_each_step(name):
+    # The hooks keep, with a shape's tensor of ones, the scale of the last p: a schedule's new
+    # p (and another dtype or shape) must not reuse an old scale. Each call is the functional
+    # op's draw from the same seed, its kept values x / (1 - p) at the current p.
+    make = {"Dropout2d": lambda p: pd.Dropout2d(p), "DropPath": lambda p: pd.DropPath(p)}[name]
+    fn = {"Dropout2d": lambda t, p: pd.functional.dropout2d(t, p),
+          "DropPath": lambda t, p: pd.functional.drop_path(t, p)}[name]
+    m = nn.Sequential(nn.Identity()).train()
+    h = pd.attach(m, "0", make(pd.linear(0.1, 0.5, steps=2)))
+    dropped = set()
+    for x in (torch.randn(32, 6, 3, 3), torch.randn(32, 6, 3, 3, dtype=torch.float64),
+              torch.randn(33, 6, 3, 3)):
+        for step, p in ((0, 0.1), (1, 0.3), (2, 0.5)):
+            h.transform._set_step(step)
+            for _ in range(2):  # the shape met first through the checked path, then remembered
+                got = _seeded(m, x)
+                want = _seeded(lambda t: fn(t, p), x)
+                assert torch.equal(got, want), (x.dtype, x.shape, step)
+                kept = got != 0
+                dropped.add((x.dtype, x.shape[0], p)) if (~kept).any() else None
+                scale = torch.tensor(1.0 / (1.0 - p), dtype=x.dtype)
+                assert torch.equal(got[kept], x[kept] * scale)
+    assert len(dropped) >= 6  # most steps dropped something
