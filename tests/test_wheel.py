@@ -73,7 +73,7 @@ def test_the_sdist_and_the_wheel_hold_the_kernel_source_and_the_command(dist):
     (sdist,) = dist.glob(f"plugdrop-{pd.__version__}.tar.gz")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"plugdrop/__init__.py", "plugdrop/py.typed", "plugdrop/_kernels/_csrc/blockdrop.c",
-            "plugdrop/ablate/runs/checkpoints.py"} <= names
+            "plugdrop/_kernels/_csrc/pycall.c", "plugdrop/ablate/runs/checkpoints.py"} <= names
     info = f"plugdrop-{pd.__version__}.dist-info"
     entry = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
     assert "plugdrop = plugdrop.cli:main" in entry
@@ -81,7 +81,8 @@ def test_the_sdist_and_the_wheel_hold_the_kernel_source_and_the_command(dist):
     for extra in ("cli", "slurm", "ray", "dev"):
         assert f"Provides-Extra: {extra}" in meta
     members = {m.split("/", 1)[1] for m in tarfile.open(sdist).getnames() if "/" in m}
-    assert {"pyproject.toml", "README.md", "plugdrop/_kernels/_csrc/blockdrop.c"} <= members
+    assert {"pyproject.toml", "README.md", "plugdrop/_kernels/_csrc/blockdrop.c",
+            "plugdrop/_kernels/_csrc/pycall.c"} <= members
 
 
 def test_the_installed_wheel_works_without_the_repository(dist, tmp_path):
