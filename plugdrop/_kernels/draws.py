@@ -134,23 +134,24 @@ class Ones:
     its mask with no lookup (a schedule's new ``p`` looks the scale up once). Made by
     :func:`remember_ones`."""
 
-    __slots__ = ("ones", "p", "scale")
+    __slots__ = ("ones", "last")
 
     def __init__(self, ones: torch.Tensor) -> None:
         self.ones = ones
-        self.p: float | None = None
-        self.scale: torch.Tensor | None = None
+        # (p, its scale), replaced as one object: threads (DataParallel's replicas) drawing at
+        # other p's never see the scale of one with the p of another
+        self.last: tuple[float, torch.Tensor] | None = None
 
     def mult(self, p: float, scale_by_keep: bool) -> torch.Tensor:
         """``keep_mult_from(self.ones, p, scale_by_keep, ...)``: the same draw and values."""
         mult = torch.bernoulli(self.ones, 1.0 - p)
         if scale_by_keep:
-            scale = self.scale
-            if p != self.p or scale is None:  # a new p (a schedule's step): its scale
+            last = self.last
+            if last is None or last[0] != p:  # a new p (a schedule's step, another layer's)
                 ones = self.ones
-                scale = self.scale = _cached((p, ones.dtype, ones.device), 1.0 / (1.0 - p), ())
-                self.p = p
-            mult.mul_(scale)
+                last = self.last = (p, _cached((p, ones.dtype, ones.device), 1.0 / (1.0 - p),
+                                               ()))
+            mult.mul_(last[1])
         return mult
 
 

@@ -205,3 +205,17 @@ def test_a_remembered_shape_rescales_by_the_p_of_each_step(name):
                 scale = torch.tensor(1.0 / (1.0 - p), dtype=x.dtype)
                 assert torch.equal(got[kept], x[kept] * scale)
     assert len(dropped) >= 6  # most steps dropped something
+
+
+def test_a_remembered_shape_drawn_at_two_ps_in_turn_scales_each_by_its_own():
+    # Layers of one shape at different rates (by_depth) share the shape's tensor of ones: the
+    # scale kept with it must follow the p of each call.
+    m = nn.Sequential(nn.Identity(), nn.Identity()).train()
+    pd.attach(m, "*", pd.DropPath(pd.by_depth(0.2, 0.6)))
+    x = torch.randn(64, 3)
+    for _ in range(3):
+        y = m(x)
+        kept = y != 0
+        ratio = y[kept] / x[kept]  # both layers' scales, each sample kept by both
+        want = torch.tensor(1.0 / 0.8) * torch.tensor(1.0 / 0.4)
+        assert torch.allclose(ratio, want.expand_as(ratio)) and kept.any()
