@@ -189,6 +189,11 @@ def workers(v: Value) -> Any:
     return v.value
 
 
+def eval_batch_size(v: Value) -> Any:
+    v.need(v.value == "auto" or (is_int(v.value) and v.value >= 1), "auto or an integer >= 1")
+    return v.value
+
+
 def augment(v: Value) -> Any:
     if v.value is False:
         v.value = None

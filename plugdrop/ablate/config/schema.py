@@ -125,6 +125,12 @@ class AblationConfig:
                           help="epochs per run")
     batch_size: int = setting(64, group="Optimization", check=C.integer(1), flag=int,
                               help="the **global** batch of one optimizer step")
+    eval_batch_size: int | str = setting(
+        "auto", group="Optimization", check=C.eval_batch_size, hashed=False,
+        help="images per forward pass of the evaluation (validation, the train-validation gap, "
+             "EMA), per process; `auto`: twice the training's micro-batch per process. Larger "
+             "is faster for small images on a CPU; lower it if the evaluation runs out of "
+             "memory")
     grad_accum: int = setting(
         1, group="Optimization", check=C.integer(1),
         help="micro-batches of `batch_size / grad_accum` per step (the optimization stays "
