@@ -467,6 +467,29 @@ def test_eval_batch_size_sets_the_evaluation_batch_and_not_its_metrics(tmp_path,
     assert a.hash() == b.hash()
 
 
+def test_open_shows_the_verdicts_in_a_graphical_browser_or_says_where_they_are(
+        tmp_path, monkeypatch):
+    import webbrowser
+
+    from plugdrop.cli.ablate import open_page
+
+    page = tmp_path / "report.html"
+    page.write_text("<h2 id=verdicts>")
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", lambda uri: opened.append(uri) or True)
+    monkeypatch.setattr("sys.platform", "linux")
+    for var in ("DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(var, raising=False)
+    line = open_page(page, "verdicts")  # headless: no text browser takes the terminal
+    assert not opened and line == (f"The verdicts: {page}#verdicts (no graphical web browser "
+                                   f"here: open it anywhere)")
+    monkeypatch.setenv("DISPLAY", ":0")
+    line = open_page(page, "verdicts")
+    assert opened == [page.resolve().as_uri() + "#verdicts"] and opened[0] in line
+    monkeypatch.setattr(webbrowser, "open", lambda uri: False)  # a display, no browser
+    assert open_page(page, "verdicts").startswith("The verdicts: ")
+
+
 @pytest.mark.parametrize("value", ["0", "big", "1.5"])
 def test_eval_batch_size_mistakes_are_one_line(tmp_path, capsys, value):
     assert main(["ablate", str(write(tmp_path, SMALL)), "--list", "--set",
