@@ -197,7 +197,7 @@ _LOADED_KINDS: set[frozenset[str]] = set()
 def _kinds(obj: Any) -> frozenset[str]:
     """Every kind of object inside ``obj`` (containers walked; a tensor's kind includes its
     dtype and layout): what decides which Python names the pickle refers to, and so whether
-    ``torch.load(weights_only=True)`` loads it. Two states of the same kinds load alike."""
+    it loads as data. Two states of the same kinds load alike."""
     found: set[str] = set()
     stack = [obj]
     while stack:
