@@ -1,6 +1,6 @@
 """plugdrop quick start: DropBlock on stages 3 and 4 of a timm ResNet, ramped over training.
 
-Run it with ``./dev demo`` (or ``python examples/quickstart.py`` inside the venv). It trains a
+Run it with ``python examples/quickstart.py`` inside the venv (``./dev demo`` is the ablation demo). It trains a
 few steps on synthetic images, so it needs no download and runs in seconds on a CPU.
 """
 

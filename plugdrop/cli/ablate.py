@@ -14,6 +14,7 @@ launchers (``--cpus-per-run``...) from their options table: both are declared on
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accept-data-change", action="store_true",
                    help="with --resume: go on although the data folder's files changed since "
                         "the ablation started (another split than its finished runs had)")
+    p.add_argument("--open", action="store_true",
+                   help="open report.html at its verdicts in the web browser when the "
+                        "ablation ends (where there is a graphical one; else its path is "
+                        "printed)")
     p.add_argument("--list", action="store_true",
                    help="print the runs (variant x seed, grids expanded) and the config's hash "
                         "(on stderr), and exit")
@@ -148,6 +153,9 @@ def _finish(args: argparse.Namespace, strategy: Any, outcome: Any, d: Any) -> in
         print(rep.table)
         print(f"\n{rep.finished} runs finished, {rep.failed} failed, {rep.incomplete} "
               f"incomplete. Written: {', '.join(str(p) for p in rep.files)}")
+        page = out / "report.html"
+        if getattr(args, "open", False) and page.exists():
+            print(open_page(page, "verdicts"))
     for rid in outcome.failed:
         failed = out / "runs" / rid / "failed.json"
         print(f"plugdrop ablate: run {rid} failed; see {failed}", file=sys.stderr)
@@ -156,3 +164,20 @@ def _finish(args: argparse.Namespace, strategy: Any, outcome: Any, d: Any) -> in
     if outcome.failed and code == Exit.OK:
         code = Exit.FAILED
     return code
+
+
+def open_page(page: Path, anchor: str) -> str:
+    """Open ``page#anchor`` in a graphical web browser, if this session has one (a display on
+    Linux and the BSDs; always on macOS and Windows); the line that says what happened."""
+    import webbrowser
+
+    uri = f"{page.resolve().as_uri()}#{anchor}"
+    graphical = sys.platform in ("darwin", "win32") or bool(
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    try:
+        opened = graphical and webbrowser.open(uri)
+    except webbrowser.Error:
+        opened = False
+    if opened:
+        return f"Opened the report at its verdicts in the web browser: {uri}"
+    return f"The verdicts: {page}#{anchor} (no graphical web browser here: open it anywhere)"

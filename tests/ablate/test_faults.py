@@ -481,3 +481,54 @@ def test_check_room_says_when_a_folder_cannot_take_a_checkpoint(tmp_path):
     assert not list(tmp_path.iterdir())  # and nothing left behind
     with pytest.raises(StorageError, match=r"no space left on the device: it needs 1024\.0 TB"):
         check_room(tmp_path, 1 << 50, "the checkpoint of run a__s0")
+
+
+def test_a_checkpoint_is_loaded_back_once_per_kind_of_state_and_always_compared(
+        tmp_path, monkeypatch):
+    """Writing verifies: the bytes read back must equal those written (every time), and the
+    state must load as data (the first time this process writes its kinds of objects; a
+    later state of the same kinds pickles to the same Python names and loads alike). A new
+    kind of object is loaded again, and one that would need code is refused as our bug."""
+    import datetime as _dt
+
+    from plugdrop.ablate.errors import StorageError
+    from plugdrop.ablate.runs import files
+
+    loads: list[Path] = []
+    real = files.loads_checkpoint
+    monkeypatch.setattr(files, "loads_checkpoint",
+                        lambda data, where: loads.append(where) or real(data, where))
+    monkeypatch.setattr(files, "_LOADED_KINDS", set())
+    model = torch.nn.Linear(3, 2)
+    state = {"epoch": 1, "model": model.state_dict(), "rng": torch.get_rng_state(),
+             "position": {"batches": 3, "loss_sum": 0.5, "value_sums": {}}}
+    path = tmp_path / "checkpoint.pt"
+    files.write_checkpoint(path, state)
+    assert len(loads) == 1
+    for epoch in (2, 3):  # new values, the same kinds: compared, not loaded again
+        files.write_checkpoint(path, {**state, "epoch": epoch,
+                                      "model": torch.nn.Linear(3, 2).state_dict()})
+    assert len(loads) == 1 and torch.load(path, weights_only=True)["epoch"] == 3
+    files.write_checkpoint(path, {**state, "half": torch.zeros(2, dtype=torch.float16)})
+    assert len(loads) == 2  # a new dtype: another storage class in the pickle
+    files.write_checkpoint(path, {**state, "ema": None})
+    assert len(loads) == 3  # a new kind: None
+    with pytest.raises(TypeError, match=r"holds more than tensors and plain data .*a bug of "
+                                        r"plugdrop"):
+        files.write_checkpoint(path, {**state, "odd": _dt.date(2026, 1, 1)})  # code builds it
+    assert len(loads) == 4 and torch.load(path, weights_only=True)["epoch"] == 1  # intact
+
+    # the comparison still runs every time: a storage that garbles a byte is caught
+    real_tmp = files._write_tmp
+
+    def garbling(target, data, what):
+        tmp = real_tmp(target, data, what)
+        raw = bytearray(Path(tmp).read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        Path(tmp).write_bytes(bytes(raw))
+        return tmp
+
+    monkeypatch.setattr(files, "_write_tmp", garbling)
+    with pytest.raises(StorageError, match="reads back .* differently"):
+        files.write_checkpoint(path, state)
+    assert len(loads) == 4

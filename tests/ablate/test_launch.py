@@ -128,6 +128,28 @@ def test_missing_extra_gives_the_install_command(tmp_path, capsys, monkeypatch, 
 # --------------------------------------------------------------------------------- shards
 
 
+def test_a_run_that_ended_since_the_last_look_is_not_counted_as_running(tmp_path,
+                                                                        monkeypatch):
+    """The counts line: which runs hold their lock is looked at once a second, but a run that
+    ended in between is done, not also still running (before: "queued -1, running 2")."""
+    from plugdrop.ablate.launch import monitor
+    from plugdrop.ablate.runs import FINISHED, RunDir
+
+    held: set[str] = set()
+    monkeypatch.setattr(monitor, "RunLock", lambda rd: SimpleNamespace(
+        held_elsewhere=lambda: rd.id in held))
+    runs = [RunDir(tmp_path, "v", s) for s in range(3)]
+    m = monitor.Monitor(tmp_path, runs, tty=False)
+    held.update({runs[0].id, runs[1].id})
+    m.update(runs)
+    assert m.counts() == monitor.Counts(queued=1, running=2, done=0, failed=0)
+    m.ended(runs[0], FINISHED, None)  # before the next look
+    m.update(runs)
+    assert m.counts() == monitor.Counts(queued=1, running=1, done=1, failed=0)
+    m.close()
+    assert m.counts() == monitor.Counts(queued=2, running=0, done=1, failed=0)
+
+
 def test_shard_assignment_is_stable_and_balanced():
     from plugdrop.ablate.launch.shard import select
 

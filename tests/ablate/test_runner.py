@@ -431,6 +431,73 @@ def test_compile_setting_trains_the_compiled_model_with_its_attachments(tmp_path
         trainer.close()
 
 
+def test_eval_batch_size_sets_the_evaluation_batch_and_not_its_metrics(tmp_path,
+                                                                       monkeypatch):
+    """``eval_batch_size`` is the batch of every evaluation pass (auto: twice the training's
+    micro-batch); the metrics are those of any other batch, and the config hash leaves it out
+    (a resume may lower it after running out of memory)."""
+    from plugdrop.ablate.execute import load_data
+    from plugdrop.ablate.train import Dist, Trainer
+    from plugdrop.ablate import config as C
+    from plugdrop.ablate.train import trainer as trainer_module
+
+    seen: list[int] = []
+    real = trainer_module.make_loader
+
+    def spy(*a, **k):
+        if not k.get("train", True):
+            seen.append(k["batch_size"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(trainer_module, "make_loader", spy)
+    metrics = {}
+    for size in ("auto", 7, 1000):
+        cfg = C.load(write(tmp_path, SMALL + f"eval_batch_size: {size}\n"))
+        trainer = Trainer.create(cfg, cfg.variant("baseline"), 0, load_data(cfg), Dist(), 0)
+        try:
+            seen.clear()
+            metrics[size] = trainer.evaluate(trainer.net)
+            assert seen == [{"auto": 256, 7: 7, 1000: 1000}[size]]
+        finally:
+            trainer.close()
+    for size in (7, 1000):
+        for k in ("loss", "acc", "nll", "ece"):
+            assert metrics[size][k] == pytest.approx(metrics["auto"][k], rel=1e-5, abs=1e-6), k
+    a, b = (C.load(write(tmp_path, SMALL + f"eval_batch_size: {v}\n")) for v in ("auto", 9))
+    assert a.hash() == b.hash()
+
+
+def test_open_shows_the_verdicts_in_a_graphical_browser_or_says_where_they_are(
+        tmp_path, monkeypatch):
+    import webbrowser
+
+    from plugdrop.cli.ablate import open_page
+
+    page = tmp_path / "report.html"
+    page.write_text("<h2 id=verdicts>")
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", lambda uri: opened.append(uri) or True)
+    monkeypatch.setattr("sys.platform", "linux")
+    for var in ("DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(var, raising=False)
+    line = open_page(page, "verdicts")  # headless: no text browser takes the terminal
+    assert not opened and line == (f"The verdicts: {page}#verdicts (no graphical web browser "
+                                   f"here: open it anywhere)")
+    monkeypatch.setenv("DISPLAY", ":0")
+    line = open_page(page, "verdicts")
+    assert opened == [page.resolve().as_uri() + "#verdicts"] and opened[0] in line
+    monkeypatch.setattr(webbrowser, "open", lambda uri: False)  # a display, no browser
+    assert open_page(page, "verdicts").startswith("The verdicts: ")
+
+
+@pytest.mark.parametrize("value", ["0", "big", "1.5"])
+def test_eval_batch_size_mistakes_are_one_line(tmp_path, capsys, value):
+    assert main(["ablate", str(write(tmp_path, SMALL)), "--list", "--set",
+                 f"eval_batch_size={value}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "eval_batch_size" in err[0] and "auto or an integer >= 1" in err[0]
+
+
 @pytest.mark.parametrize("value,message", [
     ("nosuch", "compile: 'nosuch' is no torch.compile backend"),
     ("{backend: inductor, mode: fast}", "compile mode must be one of default"),

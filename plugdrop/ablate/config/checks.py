@@ -174,6 +174,10 @@ def data(v: Value) -> Any:
     return replace(spec, written=written)
 
 
+#: a number >= 0 (weight decay, learning rates)
+NON_NEGATIVE = number(">= 0", lambda v: v >= 0)
+
+
 def train_size(v: Value) -> Any:
     """``none`` (all of the training split), a whole number of images ``>= 1`` or a fraction
     in (0, 1); whether the data holds that many is checked when it is loaded."""
@@ -186,6 +190,11 @@ def train_size(v: Value) -> Any:
 
 def workers(v: Value) -> Any:
     v.need(v.value == "auto" or (is_int(v.value) and v.value >= 0), "auto or an integer >= 0")
+    return v.value
+
+
+def eval_batch_size(v: Value) -> Any:
+    v.need(v.value == "auto" or (is_int(v.value) and v.value >= 1), "auto or an integer >= 1")
     return v.value
 
 

@@ -125,6 +125,10 @@ class AblationConfig:
                           help="epochs per run")
     batch_size: int = setting(64, group="Optimization", check=C.integer(1), flag=int,
                               help="the **global** batch of one optimizer step")
+    eval_batch_size: int | str = setting(
+        "auto", group="Optimization", check=C.eval_batch_size, hashed=False, help="images per "
+        "evaluation pass, per process (`auto`: twice the training's micro-batch); larger is "
+        "faster for small images on a CPU, lower if evaluating runs out of memory")
     grad_accum: int = setting(
         1, group="Optimization", check=C.integer(1),
         help="micro-batches of `batch_size / grad_accum` per step (the optimization stays "
@@ -138,8 +142,7 @@ class AblationConfig:
     momentum: float = setting(
         0.9, group="Optimization", check=C.number("in [0, 1)", lambda v: 0 <= v < 1),
         help="momentum of SGD-like optimizers")
-    weight_decay: float = setting(5e-4, group="Optimization",
-                                  check=C.number(">= 0", lambda v: v >= 0),
+    weight_decay: float = setting(5e-4, group="Optimization", check=C.NON_NEGATIVE,
                                   help="weight decay")
     lr_schedule: str = setting(
         "cosine", group="Optimization",
@@ -148,14 +151,12 @@ class AblationConfig:
              "poly, tanh, step, multistep")
     warmup_epochs: int = setting(0, group="Optimization", check=C.integer(0),
                                  help="epochs of linear warm-up")
-    warmup_lr: float = setting(0.0, group="Optimization",
-                               check=C.number(">= 0", lambda v: v >= 0),
+    warmup_lr: float = setting(0.0, group="Optimization", check=C.NON_NEGATIVE,
                                help="learning rate at the start of the warm-up")
-    min_lr: float = setting(0.0, group="Optimization", check=C.number(">= 0", lambda v: v >= 0),
+    min_lr: float = setting(0.0, group="Optimization", check=C.NON_NEGATIVE,
                             help="learning rate at the end of the schedule")
-    label_smoothing: float = setting(
-        0.0, group="Optimization", check=C.number("in [0, 1)", lambda v: 0 <= v < 1),
-        help="label smoothing of the cross-entropy")
+    label_smoothing: float = setting(0.0, group="Optimization", check=C.number(
+        "in [0, 1)", lambda v: 0 <= v < 1), help="label smoothing of the cross-entropy")
     clip_grad: float | None = setting(None, group="Optimization", check=C.clip_grad,
                                       help="a maximum global gradient norm; none: no clipping")
     amp: str = setting(

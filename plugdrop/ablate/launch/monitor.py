@@ -61,8 +61,11 @@ class Monitor:
         self.t0 = time.monotonic()
         self.last: Counts | None = None
         self.bar: Any = None
-        self.done = self.failed = self.running = 0
+        self.done = self.failed = 0
         self.ended_ids: set[str] = set()
+        #: the runs seen holding their lock at the last look (a run that ended since is not
+        #: counted as running: the look is up to LOOK_S old)
+        self.running_ids: set[str] = set()
         self.looked = 0.0
         self.said: Counts | None = None
         self.said_at = -LINE_S
@@ -70,6 +73,10 @@ class Monitor:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=len(todo), desc="runs", unit="run", dynamic_ncols=True)
+
+    @property
+    def running(self) -> int:
+        return len(self.running_ids - self.ended_ids)
 
     def counts(self) -> Counts:
         return Counts(len(self.todo) - self.done - self.failed - self.running, self.running,
@@ -96,8 +103,8 @@ class Monitor:
         now = time.monotonic()
         if now - self.looked >= LOOK_S or final:
             self.looked = now
-            self.running = sum(1 for rd in active if rd.id not in self.ended_ids
-                               and RunLock(rd).held_elsewhere())
+            self.running_ids = {rd.id for rd in active if rd.id not in self.ended_ids
+                                and RunLock(rd).held_elsewhere()}
         c = self.counts()
         if c != self.last or final:
             line = c.line(None if final else self.eta(c))
@@ -116,7 +123,7 @@ class Monitor:
             print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        self.running = 0
+        self.running_ids = set()
         self.update(final=True)
         if self.bar is not None:
             self.bar.close()

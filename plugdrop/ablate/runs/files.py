@@ -6,8 +6,9 @@ A write that fails (a full disk, a quota, a read-only file system, no permission
 file-size limit) raises :class:`~plugdrop.ablate.errors.StorageError` naming the folder, what
 was being written and how much room it needed and had; the temporary file is removed and the
 previous file is intact. A checkpoint is serialized in memory first (so a full disk is an
-``OSError`` of ours, not a message from PyTorch's zip writer), read back and loaded after
-writing (as data: :mod:`.checkpoints`), and the previous one is kept beside it.
+``OSError`` of ours, not a message from PyTorch's zip writer), read back and compared after
+writing, loaded (as data: :mod:`.checkpoints`) the first time its kinds of objects are
+written, and the previous one is kept beside it.
 
 Nothing here writes through a symbolic link: a file is replaced by a rename (which replaces a
 link, never its target), appended to and locked only through ``O_NOFOLLOW``.
@@ -189,10 +190,37 @@ def serialize(obj: Any) -> bytes:
     return buf.getvalue()
 
 
+#: the kinds of objects (:func:`_kinds`) of checkpoints this process has loaded back once
+_LOADED_KINDS: set[frozenset[str]] = set()
+
+
+def _kinds(obj: Any) -> frozenset[str]:
+    """Every kind of object inside ``obj`` (containers walked; a tensor's kind includes its
+    dtype and layout): what decides which Python names the pickle refers to, and so whether
+    it loads as data. Two states of the same kinds load alike."""
+    found: set[str] = set()
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        t = type(o)
+        if isinstance(o, torch.Tensor):
+            found.add(f"{t.__module__}.{t.__qualname__}:{o.dtype}:{o.layout}:{o.is_quantized}")
+            continue
+        found.add(f"{t.__module__}.{t.__qualname__}")
+        if isinstance(o, Mapping):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+    return frozenset(found)
+
+
 def write_checkpoint(path: Path, state: Mapping[str, Any], previous: Path | None = None,
                      what: str = "the checkpoint") -> int:
     """Write ``state`` to ``path`` (``torch.save``) atomically, verified: the file is read
-    back, compared with what was written and loaded. The file it replaces becomes
+    back and compared with what was written, and loaded as data the first time this process
+    writes a state of its kinds of objects (a later one of the same kinds loads alike: the
+    comparison is what catches the storage). The file it replaces becomes
     ``previous`` (when given). Returns the size in bytes.
 
     Raises:
@@ -207,7 +235,10 @@ def write_checkpoint(path: Path, state: Mapping[str, Any], previous: Path | None
         if back != data:
             raise OSError(errno.EIO, f"it reads back {len(back)} of {len(data)} bytes "
                                      f"differently (a storage fault)")
-        loads_checkpoint(back, path)
+        kinds = _kinds(state)
+        if kinds not in _LOADED_KINDS:
+            loads_checkpoint(back, path)
+            _LOADED_KINDS.add(kinds)
     except CheckpointRefused as e:  # a bug of ours: it would never load again
         _remove(tmp)
         raise TypeError(f"{what} holds more than tensors and plain data ({e.what}); report "

@@ -70,6 +70,13 @@ class Trainer:
     #: where the next epoch resumes inside itself (a checkpoint's position), or None
     position: dict[str, Any] | None = None
 
+    @property
+    def eval_batch(self) -> int:
+        """Images per forward pass of :meth:`evaluate`: ``eval_batch_size``, or with ``auto``
+        twice the training's micro-batch per process."""
+        size = self.cfg.eval_batch_size
+        return self.batch * 2 if size == "auto" else int(size)
+
     # -- construction ---------------------------------------------------------------------
 
     @classmethod
@@ -342,7 +349,7 @@ class Trainer:
         was = model.training
         model.eval()
         loader = make_loader(self.data.val if data is None else data,
-                             batch_size=self.batch * 2, train=False, workers=self.workers,
+                             batch_size=self.eval_batch, train=False, workers=self.workers,
                              seed=self.seed, epoch=0, rank=d.rank, world=d.world,
                              device=d.device)
         sums = EvalSums(len(self.data.classes), d.device, cfg.label_smoothing)
