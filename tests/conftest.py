@@ -48,7 +48,6 @@ _FIRST = (
     "tests/test_wheel.py::test_the_installed_wheel_works_without_the_repository",
     "tests/ablate/test_scripts.py::test_a_run_stopped_and_resumed_without_checkpoints_starts_clean",
     "tests/transforms/test_triton.py::TestDropBlockTriton::test_same_seed_same_mask_in_every_memory_layout_through_hooks",
-    "tests/test_architecture.py::test_one_outcome_type_one_run_state_one_round_loop_one_claim_one_manifest",
     "tests/ablate/test_faults.py::test_a_full_disk_under_the_processes_launcher",
     "tests/ablate/test_launch.py::test_data_parallel_run_through_torchrun_inside_a_submitit_job",
 )
