@@ -29,8 +29,29 @@ def pytest_configure(config):
 #: the Slurm and Ray tests, which mostly wait for the scheduler or a retry, wait one at a time
 #: while the other worker computes (in two groups, both workers waited at the start)
 _GROUPS = {"slurm_cluster": "clusters", "ray_cluster": "clusters"}
-#: the longest single test, started first so that it does not end the run on one worker alone
-_FIRST = "tests/test_docs.py::test_the_docs_build_offline_without_warnings"
+#: the longest tests (a full run's --durations, longest first), started first, so that none
+#: of them ends the run on one worker alone while the other has nothing left to do: the short
+#: tests fill the end on both (xdist hands each worker its next test when it is almost done)
+_FIRST = (
+    "tests/test_typing.py::test_mypy_is_clean_on_the_package",
+    "tests/ablate/test_unedited.py::test_the_timm_style_example_runs_unedited",
+    "tests/test_docs.py::test_the_docs_build_offline_without_warnings",
+    "tests/ablate/test_unedited.py::test_the_bootstrap_attaches_to_a_factory_of_the_users_own",
+    "tests/ablate/test_scripts.py::test_a_script_that_defines_its_model_is_ablated_unedited",
+    "tests/transforms/test_triton.py::test_every_kernel_compiles_for_an_h100",
+    "tests/ablate/test_preemption.py::test_under_torchrun_every_rank_stops_at_the_same_step",
+    "tests/ablate/test_scripts.py::test_what_every_run_would_meet_is_refused_before_any_run",
+    "tests/ablate/test_warm.py::test_a_script_without_a_main_guard_is_not_run_again_in_its_jobs",
+    "tests/attach/test_hardening.py::test_inductor_follows_a_schedule_compiling_once",
+    "tests/ablate/test_scripts.py::test_a_program_that_hands_its_spec_to_attach_all_leaves_its_receipt",
+    "tests/ablate/test_program_examples.py::test_a_training_script_is_an_ablation",
+    "tests/test_wheel.py::test_the_installed_wheel_works_without_the_repository",
+    "tests/ablate/test_scripts.py::test_a_run_stopped_and_resumed_without_checkpoints_starts_clean",
+    "tests/transforms/test_triton.py::TestDropBlockTriton::test_same_seed_same_mask_in_every_memory_layout_through_hooks",
+    "tests/ablate/test_faults.py::test_a_full_disk_under_the_processes_launcher",
+    "tests/ablate/test_launch.py::test_data_parallel_run_through_torchrun_inside_a_submitit_job",
+)
+_RANK = {nodeid: i for i, nodeid in enumerate(_FIRST)}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the marks to group the tests
@@ -39,7 +60,8 @@ def pytest_collection_modifyitems(config, items):
         for fixture, group in _GROUPS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: item.nodeid != _FIRST)  # stable: the rest keep their order
+    # stable: the rest keep their order (a parametrized test's cases: where its name is)
+    items.sort(key=lambda item: _RANK.get(item.nodeid.split("[")[0], len(_FIRST)))
 
 
 _UNGROUPED: list[str] = []

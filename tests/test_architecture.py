@@ -4,6 +4,7 @@ surface without the attachment's internals."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -173,6 +174,15 @@ def _module_name(path: Path, root: Path = ROOT) -> str:
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+@functools.lru_cache(maxsize=None)
+def _nodes(path: Path) -> tuple:
+    """Every node of the file's syntax tree (``ast.walk``'s order), parsed once per test
+    process: several tests here read the whole package."""
+    import ast
+
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
 def _imports(modules: dict[str, Path] = MODULES, top: str = "plugdrop"
              ) -> tuple[dict[str, set[str]], list[str]]:
     """Module -> the plugdrop modules it imports (lazy imports included), and every private
@@ -183,10 +193,10 @@ def _imports(modules: dict[str, Path] = MODULES, top: str = "plugdrop"
     edges: dict[str, set[str]] = {m: set() for m in modules}
     private: list[str] = []
     for mod, path in modules.items():
-        tree = ast.parse(path.read_text())
+        tree = _nodes(path)
         base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
         bound: dict[str, str] = {}
-        for node in ast.walk(tree):
+        for node in tree:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name.split(".")[0] == top:
@@ -209,7 +219,7 @@ def _imports(modules: dict[str, Path] = MODULES, top: str = "plugdrop"
                         edges[mod].add(target)
                         if a.name.startswith("_") and not a.name.startswith("__"):
                             private.append(f"{mod} imports {a.name} from {target}")
-        for node in ast.walk(tree):
+        for node in tree:
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id in bound and node.attr.startswith("_")
                     and not node.attr.startswith("__")
@@ -353,11 +363,9 @@ STUDY = "plugdrop.ablate.study"
 
 def _defs(kind: type, pick: callable) -> list[str]:
     """``module:name`` of every node of ``kind`` in the package that ``pick`` accepts."""
-    import ast
-
     out = []
     for mod, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if isinstance(node, kind) and (name := pick(node)):
                 out.append(f"{mod}:{name}")
     return out

@@ -330,8 +330,14 @@ def test_what_every_run_would_meet_is_refused_before_any_run(tmp_path, monkeypat
 @pytest.mark.slow
 def test_a_run_stopped_and_resumed_without_checkpoints_starts_clean(tmp_path):
     """Ctrl-C during a run of a script that keeps no checkpoint, then --resume: the run starts
-    over, and holds the records of its last start only."""
-    text = _script_config(variants="  baseline: []\n", args=("--epochs", "3", "--sleep", "1"))
+    over, and holds the records of its last start only. (Without attach_to: what is tested
+    is the driver's, and each dry start would be one more fresh interpreter per invocation.)"""
+    program = json.dumps([PY, "net_script.py", "--seed", "{seed}", "--epochs", "3", "--sleep",
+                          "1"])
+    text = make_config(program, variants="  baseline: []\n",
+                       decide="{metric: acc, goal: max}\nmargin: 1",
+                       extra=f"metrics_from: {{stdout: {PRINTED}}}\n")
+    assert "attach_to" not in text
     (tmp_path / "cfg.yaml").write_text(text)
     (tmp_path / "net_script.py").write_text((PROGRAMS / "net_script.py").read_text())
     proc = popen("ablate", "cfg.yaml", "--out", "out", cwd=tmp_path)
@@ -378,8 +384,9 @@ with open(os.environ["PLUGDROP_METRICS"], "a") as f:
 @pytest.mark.slow
 def test_a_program_that_hands_its_spec_to_attach_all_leaves_its_receipt(tmp_path, monkeypatch):
     """The guide's contract table: a program may apply PLUGDROP_SPEC with pd.attach_all; its
-    runs finish without receipt: false."""
-    variants = "  baseline: []\n  drop: [{layers: '2', transform: Dropout2d, p: 0.1}]\n"
+    runs finish without receipt: false. (The regularized variant alone: a baseline's run, one
+    more fresh interpreter, attaches nothing and needs no receipt.)"""
+    variants = "  drop: [{layers: '2', transform: Dropout2d, p: 0.1}]\n"
     folder(tmp_path, monkeypatch, make_config(json.dumps([PY, "applies.py"]), variants=variants))
     (tmp_path / "applies.py").write_text(APPLIES_THE_SPEC)
     for k, v in env().items():  # the program imports this worktree's plugdrop

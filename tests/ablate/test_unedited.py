@@ -15,7 +15,7 @@ import pytest
 
 from plugdrop.ablate import config
 from plugdrop.ablate.errors import ConfigError
-from plugdrop.ablate.programs import sources
+from plugdrop.ablate.programs import dry, sources
 from plugdrop.ablate.runs.records import merge_records
 from plugdrop.cli import main
 
@@ -322,28 +322,14 @@ with open(os.environ["PLUGDROP_METRICS"], "a") as f:
 
 
 @pytest.mark.slow
-def test_the_bootstrap_attaches_to_a_factory_of_the_users_own(tmp_path, monkeypatch, capsys):
-    variants = "  baseline: []\n  drop: [{layers: '2', transform: Dropout2d, p: 0.2}]\n"
-    folder(tmp_path, monkeypatch, make_config("[python, train.py]", variants=variants,
-                                              extra="attach_to: mymodels.build\n"))
-    (tmp_path / "mymodels.py").write_text(MODELS)
-    (tmp_path / "train.py").write_text(TRAIN)
-    assert ablate() == 0  # a selector's mistake is refused before any run: test_scripts.py
-    out = tmp_path / "out"
-    receipt = json.loads((run_dir(out, "drop__s0") / "attached.json").read_text())
-    assert receipt["by"] == "attach_to mymodels.build"
-    assert receipt["attachments"] == [{"label": "Dropout2d@2", "layers": ["2"], "calls": 5}]
-    assert receipt["steps"] == 5  # bound to the optimizer over the model
-    assert receipt["models"] == ["torch.nn.modules.container.Sequential"]
-    page = (out / "report.html").read_text()
-    assert "What each variant attached" in page and "Dropout2d@2 (1 layer)" in page
-
-
-@pytest.mark.slow
 def test_the_timm_style_example_runs_unedited(tmp_path, monkeypatch):
     pytest.importorskip("timm")
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
+    # without its dry start (a fresh interpreter importing timm before the run's own): the
+    # run's receipt below says what the dry start would have (the dry starts are tested in
+    # test_scripts.py)
+    monkeypatch.setattr(dry, "dry_start", lambda *args, **kwargs: [])
     out = tmp_path / "out"
     # one seed, and of the three runs the third shard's one (the suite's time: a run of the
     # script is 10 s or more, most of it importing timm): DropPath on every residual branch,
@@ -405,10 +391,13 @@ def test_the_report_judges_a_trainers_folder_under_another_alpha(tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_the_bootstrap_runs_a_module_and_says_when_the_factory_was_never_called(
-        tmp_path, monkeypatch, capsys):
-    """``[python, -m, MODULE]`` runs under the bootstrap as ``python -m`` would; a program that
-    never calls the factory leaves a receipt that says so, and its run fails with that line."""
+def test_the_bootstrap_attaches_to_a_factory_of_the_users_own(tmp_path, monkeypatch, capsys):
+    """``attach_to: mymodels.build`` (a factory of the user's own, beside the script): each
+    receipt names the factory, the layers, the steps of the optimizer over the model and its
+    class, and the report shows what each variant attached. The program is ``[python, -m,
+    MODULE]``, run under the bootstrap as ``python -m`` would; one variant's program never
+    calls the factory: its receipt says so, and its run fails with that line. (One ablation
+    for both: each run and each dry start is a fresh interpreter.)"""
     (tmp_path / "mymodels.py").write_text(MODELS)
     variants = ("  baseline: []\n  drop: [{layers: '2', transform: Dropout2d, p: 0.2}]\n"
                 "  other: [{layers: '2', transform: Dropout2d, p: 0.2}]\n")
@@ -418,10 +407,15 @@ def test_the_bootstrap_runs_a_module_and_says_when_the_factory_was_never_called(
         "model = mymodels.build()",
         "model = (mymodels.build() if os.environ['PLUGDROP_VARIANT'] != 'other' else\n"
         "         torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(36, 2)))"))
-    assert ablate() == 1
+    assert ablate() == 1  # a selector's mistake is refused before any run: test_scripts.py
     out = tmp_path / "out"
-    assert json.loads((run_dir(out, "drop__s0") / "attached.json").read_text())[
-        "attachments"][0]["calls"] == 5
+    receipt = json.loads((run_dir(out, "drop__s0") / "attached.json").read_text())
+    assert receipt["by"] == "attach_to mymodels.build"
+    assert receipt["attachments"] == [{"label": "Dropout2d@2", "layers": ["2"], "calls": 5}]
+    assert receipt["steps"] == 5  # bound to the optimizer over the model
+    assert receipt["models"] == ["torch.nn.modules.container.Sequential"]
+    page = (out / "report.html").read_text()
+    assert "What each variant attached" in page and "Dropout2d@2 (1 layer)" in page
     error = failed(out, "other__s0")["error"]  # ended at its first optimizer step
     assert error.startswith("the program exited with status 1; its stderr ends: plugdrop "
                             "bootstrap: attach_to: mymodels.build was never called before the "
