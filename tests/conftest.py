@@ -33,6 +33,7 @@ _GROUPS = {"slurm_cluster": "clusters", "ray_cluster": "clusters"}
 #: of them ends the run on one worker alone while the other has nothing left to do: the short
 #: tests fill the end on both (xdist hands each worker its next test when it is almost done)
 _FIRST = (
+    "tests/ablate/test_demo.py::test_the_demos_verdict_replicates_on_seeds_it_never_used",
     "tests/test_typing.py::test_mypy_is_clean_on_the_package",
     "tests/ablate/test_unedited.py::test_the_timm_style_example_runs_unedited",
     "tests/test_docs.py::test_the_docs_build_offline_without_warnings",
