@@ -95,7 +95,7 @@ def test_without_optuna_one_line_says_how_to_install(tmp_path, monkeypatch, caps
 
 def test_the_dimensions_are_named_by_their_keys():
     sc = loads_search(config(), "search.yaml")
-    assert [d.name for d in sc.spec.dimensions] == ["0.layers", "0.p", "0.block_size", "1.p"]
+    assert [d.name for d in sc.spec.dimensions] == ["layers", "p", "block_size"]
     two = config(space='    - {layers: "layer3.*", transform: DropBlock, p: {range: [0.01, 0.3]}}\n'
                        '    - {layers: {choice: [["fc"], ["fc", "layer4"]]}, transform: Dropout,'
                        ' p: {schedule: linear, start: 0, end: {range: [0.1, 0.5], log: true}}}\n')
