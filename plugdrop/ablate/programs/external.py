@@ -61,36 +61,34 @@ class Start:
     rejudge: bool = False
 
 
-def _attempts(rd: runs.RunDir) -> int:
-    """How many attempts ``attempts.jsonl`` records."""
+def _attempt_records(rd: runs.RunDir) -> list[dict[str, Any]]:
+    """The records of ``attempts.jsonl`` that read as JSON objects (none when unreadable)."""
     try:
         lines = rd.attempts.read_text().splitlines()
     except OSError:
-        return 0
-    n = 0
-    for line in lines:
-        try:
-            n += isinstance(json.loads(line), dict)
-        except ValueError:
-            pass
-    return n
-
-
-def _chain_start(rd: runs.RunDir) -> int:
-    """The attempt the run's records start from: the last one that started over (not
-    resuming; the first when none says so)."""
-    try:
-        lines = rd.attempts.read_text().splitlines()
-    except OSError:
-        return 1
-    first = 1
+        return []
+    records = []
     for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("resume") is False \
-                and isinstance(rec.get("attempt"), int):
+        if isinstance(rec, dict):
+            records.append(rec)
+    return records
+
+
+def _attempts(rd: runs.RunDir) -> int:
+    """How many attempts ``attempts.jsonl`` records."""
+    return len(_attempt_records(rd))
+
+
+def _chain_start(rd: runs.RunDir) -> int:
+    """The attempt the run's records start from: the last one that started over (not
+    resuming; the first when none says so)."""
+    first = 1
+    for rec in _attempt_records(rd):
+        if rec.get("resume") is False and isinstance(rec.get("attempt"), int):
             first = rec["attempt"]
     return first
 
