@@ -15,9 +15,10 @@ from .errors import ConfigError
 
 
 def _scalars(record: Mapping[str, Any]) -> dict[str, float]:
-    out = {"loss/train": record["train_loss"], "loss/val": record["val_loss"],
-           "acc/val": record["val_acc"], "lr": record["lr"],
+    out = {"loss/train": record["train_loss"], "lr": record["lr"],
            "images_per_s": record["images_per_s"], "epoch_time": record["epoch_time"]}
+    if "val_acc" in record:  # not after an epoch that is not evaluated (eval_every)
+        out["loss/val"], out["acc/val"] = record["val_loss"], record["val_acc"]
     if "val_acc_ema" in record:
         out["acc/val_ema"] = record["val_acc_ema"]
         out["loss/val_ema"] = record["val_loss_ema"]

@@ -87,14 +87,16 @@ class Progress:
             return
         ema = (f"  ema acc {100 * record['val_acc_ema']:.2f}%" if "val_acc_ema" in record
                else "")
+        val = (f"  val loss {record['val_loss']:.4f}  val acc {100 * record['val_acc']:.2f}%"
+               if "val_acc" in record else "")  # an epoch not evaluated (eval_every)
         if self.tty:
             self.epoch_bar.update(1)
-            self.epoch_bar.set_postfix_str(f"val acc {100 * record['val_acc']:.1f}%")
+            if val:
+                self.epoch_bar.set_postfix_str(f"val acc {100 * record['val_acc']:.1f}%")
             self.batch_bar.reset()
         else:
             print(f"[{self.name}] epoch {record['epoch']}: train loss "
-                  f"{record['train_loss']:.4f}  val loss {record['val_loss']:.4f}  val acc "
-                  f"{100 * record['val_acc']:.2f}%{ema}  ({record['epoch_time']:.1f}s, "
+                  f"{record['train_loss']:.4f}{val}{ema}  ({record['epoch_time']:.1f}s, "
                   f"{record['images_per_s']:.0f} img/s)", flush=True)
 
     def run_end(self, status: str = "finished") -> None:

@@ -48,12 +48,15 @@ def test_the_demos_search_and_replication_seeds_are_apart():
 @pytest.mark.slow
 def test_the_demos_verdict_replicates_on_seeds_it_never_used(tmp_path, capsys, one_thread):
     """The demo's config, its baseline and the variant it calls better, on 7 other seeds (a
-    fixed design): the difference has the same sign and the variant is not called worse."""
+    fixed design): the difference has the same sign and the variant is not called worse.
+    Evaluated after every 10th epoch only (the suite's time): the training and the final
+    metrics are the demo's (test_runner.py's ``eval_every`` test)."""
     out = tmp_path / "rep"
     seeds = "[" + ", ".join(map(str, REPLICATION)) + "]"
     code = main(["ablate", str(EXAMPLES / "digits.yaml"), "--out", str(out),
                  "--set", f"seeds={seeds}", "--set", "plots=false", "--set", "log=[]",
                  "--set", "gradcam=false", "--set", "watch=false", "--set", "device=cpu",
+                 "--set", "eval_every=10",
                  "--set", f"variants={{baseline: [], {CLAIMED}: "
                           f"{json.dumps(_variant(CLAIMED))}}}"])
     assert code == 0, capsys.readouterr().err

@@ -467,6 +467,49 @@ def test_eval_batch_size_sets_the_evaluation_batch_and_not_its_metrics(tmp_path,
     assert a.hash() == b.hash()
 
 
+def test_eval_every_trains_the_same_and_evaluates_every_nth_epoch_and_the_last(
+        tmp_path, one_thread):
+    """``eval_every: 2`` over 5 epochs evaluates after epochs 2, 4 and 5: the training (every
+    epoch's loss, a DropBlock variant's masks) and the final metrics are bit for bit those of
+    evaluating every epoch; the records of the other epochs have no validation metrics, and
+    the report, the learning curves and TensorBoard's scalars read them."""
+    from plugdrop.ablate import config as C
+    from plugdrop.ablate.logging import _scalars
+    from plugdrop.ablate.report import load_ablation
+    from plugdrop.ablate.report.plots import plot_val_acc
+
+    records = {}
+    for every in (1, 2):
+        out = tmp_path / f"every{every}"
+        assert main(["ablate", str(write(tmp_path, SMALL)), "--out", str(out), "--set",
+                     "epochs=5", "--set", f"eval_every={every}"]) == 0
+        records[every] = {v: [json.loads(line) for line in (
+            out / "runs" / f"{v}__s0" / "metrics.jsonl").read_text().splitlines()]
+            for v in ("baseline", "dropblock")}
+    for v in ("baseline", "dropblock"):
+        every1, every2 = records[1][v], records[2][v]
+        assert [r["train_loss"] for r in every1] == [r["train_loss"] for r in every2]
+        assert [r["epoch"] for r in every2 if "val_acc" in r] == [2, 4, 5]
+        for a, b in zip(every1, every2):
+            if "val_acc" in b:
+                for k in ("val_loss", "val_acc", "val_nll", "val_ece", "train_acc", "gap"):
+                    assert a[k] == b[k], (v, a["epoch"], k)
+            else:
+                assert not {"val_loss", "val_nll", "train_acc", "gap", "calibration"} & set(b)
+                assert "loss/val" not in _scalars(b) and "loss/train" in _scalars(b)
+    ab = load_ablation(tmp_path / "every2")
+    assert not ab.warnings and all(len(r.metrics) == 5 for r in ab.runs)
+    assert plot_val_acc(ab, 0.95) is not None
+    summary = {e: {r["variant"]: r for r in json.loads(
+        (tmp_path / f"every{e}" / "results.json").read_text())["summary"]} for e in (1, 2)}
+    for v in ("baseline", "dropblock"):
+        for k in ("final_acc", "final_metric", "diff", "verdict"):
+            assert summary[2][v][k] == summary[1][v][k], (v, k)
+    base = C.load(write(tmp_path, SMALL))
+    assert C.load(write(tmp_path, SMALL + "eval_every: 1\n")).hash() == base.hash()
+    assert C.load(write(tmp_path, SMALL + "eval_every: 2\n")).hash() != base.hash()
+
+
 def test_open_shows_the_verdicts_in_a_graphical_browser_or_says_where_they_are(
         tmp_path, monkeypatch):
     import webbrowser

@@ -22,7 +22,7 @@ from .metrics import AUTO, METRICS, PASSING, DecisionRule, Metric
 from .setting import AWAY_FROM_DEFAULT, GROUPS, JUDGES, LOOP_GROUPS, Setting, setting
 from .spending import DEFAULT_SPENDING, Spending
 from .types import CompileSpec, GradCamSpec, Interval, SeedPlan, to_plain
-from .variants import Variant
+from .variants import Variant, attached_layers
 
 __all__ = ["AWAY_FROM_DEFAULT", "AblationConfig", "GROUPS", "LOOP_GROUPS", "Setting", "default",
            "fingerprint", "judging", "loop_settings", "resolved_default", "setting", "settings",
@@ -129,6 +129,10 @@ class AblationConfig:
         "auto", group="Optimization", check=C.eval_batch_size, hashed=False, help="images per "
         "evaluation pass, per process (`auto`: twice the training's micro-batch); larger is "
         "faster for small images on a CPU, lower if evaluating runs out of memory")
+    eval_every: int = setting(
+        1, group="Optimization", check=C.integer(1), hashed=AWAY_FROM_DEFAULT,
+        loop=True, help="evaluate after every so many epochs and after the last; the training "
+        "and the final metrics are the same, `best` and the curves see only those epochs")
     grad_accum: int = setting(
         1, group="Optimization", check=C.integer(1),
         help="micro-batches of `batch_size / grad_accum` per step (the optimization stays "
@@ -337,17 +341,9 @@ class AblationConfig:
         return fingerprint(self._hashed(), settings(), judging=True)
 
     def attached_layers(self) -> list[Any]:
-        """The selectors of every per-layer forward transform attached to outputs in any
-        variant, in order, without duplicates (the watch and Grad-CAM default); coordinated
-        transforms (mixing) are left out."""
-        out: list[Any] = []
-        for v in self.variants:
-            for a in v.attachments:
-                if a.kind == "forward" and a.where == "output" and not a.coordinated:
-                    for sel in (a.layers if isinstance(a.layers, list) else [a.layers]):
-                        if sel not in out:
-                            out.append(sel)
-        return out
+        """:func:`~.variants.attached_layers` of every variant (the watch and Grad-CAM
+        default)."""
+        return attached_layers(self.variants)
 
 
 def settings() -> dict[str, Setting]:

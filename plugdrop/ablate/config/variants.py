@@ -7,14 +7,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .attachments import Attachment, check_together, parse_attachment
 from .locations import Loc, LocDict, fail, loc_of, plain
 
-__all__ = ["VARIANT_NAME", "Variant", "parse_variants"]
+__all__ = ["VARIANT_NAME", "Variant", "attached_layers", "parse_variants"]
 
 #: what a variant name may contain (it becomes a folder name)
 VARIANT_NAME = re.compile(r"[A-Za-z0-9_.,=+\[\]-]+")
@@ -29,6 +29,19 @@ class Variant:
     attachments: tuple[Attachment, ...]
     loc: str = ""
     grid: Mapping[str, Any] = field(default_factory=dict)
+
+
+def attached_layers(variants: Iterable[Variant]) -> list[Any]:
+    """The selectors of every per-layer forward transform attached to outputs in any of
+    ``variants``, in order, without duplicates; coordinated transforms (mixing) are left out."""
+    out: list[Any] = []
+    for v in variants:
+        for a in v.attachments:
+            if a.kind == "forward" and a.where == "output" and not a.coordinated:
+                for sel in (a.layers if isinstance(a.layers, list) else [a.layers]):
+                    if sel not in out:
+                        out.append(sel)
+    return out
 
 
 def _grid_keys(specs: list[Any]) -> list[tuple[int, str, list[Any], Loc | None]]:

@@ -54,7 +54,8 @@ def plot_val_acc(ab: Ablation, confidence: float) -> bytes | None:
         per_epoch: dict[int, list[float]] = {}
         for r in runs:
             for m in r.metrics:
-                per_epoch.setdefault(m["epoch"], []).append(float(m["val_acc"]))
+                if "val_acc" in m:  # an epoch not evaluated (eval_every) is not drawn
+                    per_epoch.setdefault(m["epoch"], []).append(float(m["val_acc"]))
         if not per_epoch:
             continue
         epochs = sorted(per_epoch)

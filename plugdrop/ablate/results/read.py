@@ -250,7 +250,8 @@ def _read_metrics(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
             rec = None
         epoch = rec.get("epoch") if isinstance(rec, dict) else None
         if (not isinstance(rec, dict) or not isinstance(epoch, int) or isinstance(epoch, bool)
-                or epoch < 1 or number(rec.get("val_acc")) is None):
+                or epoch < 1 or (number(rec.get("val_acc")) is None  # eval_every: not
+                                 and number(rec.get("train_loss")) is None)):  # evaluated
             if k < len(lines) - 1:
                 warnings.append(f"{path}: line {lineno} is not an epoch record; skipped")
             continue

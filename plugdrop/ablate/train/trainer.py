@@ -233,8 +233,9 @@ class Trainer:
                     on_batch: Callable[[], None] | None = None,
                     checkpoint: Callable[[dict[str, Any]], None] | None = None,
                     cadence: Cadence | None = None) -> dict[str, Any]:
-        """Train one epoch (or the rest of it, after a resume in its middle) and evaluate;
-        returns the epoch's metrics record.
+        """Train one epoch (or the rest of it, after a resume in its middle) and evaluate
+        (:meth:`evaluates`); returns the epoch's metrics record (without the validation
+        metrics of :meth:`validation` after an epoch that is not evaluated).
 
         Between optimizer steps, when ``cadence`` says so or a signal arrived (``stop``),
         ``checkpoint`` gets :meth:`state_dict` with the position in the epoch; after a signal
@@ -311,18 +312,9 @@ class Trainer:
             raise FloatingPointError(f"the training loss is {train_loss} at epoch {epoch}; "
                                      f"lower lr, or use amp: bf16 / off")
         self.epoch = epoch
-        val = self.evaluate(self.net)
-        train_acc = self.evaluate(self.net, self.train_sample())["acc"]
-        record: dict[str, Any] = {"epoch": epoch, "train_loss": train_loss,
-                                  "val_loss": val["loss"], "val_acc": val["acc"],
-                                  "val_nll": val["nll"], "val_ece": val["ece"]}
-        if "top5" in val:
-            record["val_top5"] = val["top5"]
-        record.update({"train_acc": train_acc, "gap": train_acc - val["acc"],
-                       "calibration": val["calibration"]})
-        if self.ema is not None:
-            ema = self.evaluate(self.ema.module)
-            record["val_loss_ema"], record["val_acc_ema"] = ema["loss"], ema["acc"]
+        record: dict[str, Any] = {"epoch": epoch, "train_loss": train_loss}
+        if self.evaluates(epoch):
+            record.update(self.validation())
         elapsed = before + time.perf_counter() - start
         means = {k: v / self.value_count for k, v in self.value_sums.items()} \
             if self.value_count else {}
@@ -340,6 +332,29 @@ class Trainer:
                        "values": self._values(), "values_mean": means, "watch": watch,
                        "calls": self._calls()})
         return record
+
+    def evaluates(self, epoch: int) -> bool:
+        """Whether epoch ``epoch`` ends with an evaluation: every ``eval_every``-th epoch and
+        the last one."""
+        return epoch % self.cfg.eval_every == 0 or epoch >= self.cfg.epochs
+
+    def validation(self) -> dict[str, Any]:
+        """The validation metrics of an epoch's record (``val_loss``, ``val_acc``, ``val_nll``,
+        ``val_ece``, ``val_top5`` with more than 5 classes, ``train_acc``, ``gap``,
+        ``calibration``, and the EMA's ``val_loss_ema``, ``val_acc_ema``); evaluating draws
+        nothing from the training's random streams."""
+        val = self.evaluate(self.net)
+        train_acc = self.evaluate(self.net, self.train_sample())["acc"]
+        out: dict[str, Any] = {"val_loss": val["loss"], "val_acc": val["acc"],
+                               "val_nll": val["nll"], "val_ece": val["ece"]}
+        if "top5" in val:
+            out["val_top5"] = val["top5"]
+        out.update({"train_acc": train_acc, "gap": train_acc - val["acc"],
+                    "calibration": val["calibration"]})
+        if self.ema is not None:
+            ema = self.evaluate(self.ema.module)
+            out["val_loss_ema"], out["val_acc_ema"] = ema["loss"], ema["acc"]
+        return out
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, data: Any = None) -> dict[str, Any]:
