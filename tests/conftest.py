@@ -20,8 +20,13 @@ if not torch.cuda.is_available():
 
 def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # one worker per core (./dev test): one torch thread each, not two threads per core
+        # one worker per core (./dev test): one torch thread each, not two threads per core;
+        # and so in the processes a test starts (a program, the bootstrap, a run's job): an
+        # OpenMP team of two threads on a core the other worker keeps busy spins while it
+        # waits for its second thread (a timm script's run took 74 s instead of 20 s)
         torch.set_num_threads(1)
+        if not os.environ.get("OMP_NUM_THREADS", "").strip():
+            os.environ["OMP_NUM_THREADS"] = "1"
 
 
 #: tests that share one xdist worker: the cluster they use is started once per test process,
