@@ -339,7 +339,9 @@ def test_importing_plugdrop_imports_no_compiler():
     """``import plugdrop`` stays cheap for an eager user (and every job of an ablation): it
     loads no part of torch.compile (dynamo alone costs seconds); compiling loads it. A job of
     Slurm or Ray (which unpickles its callable from the launchers' package) loads no part of
-    the report either: scipy and matplotlib are the driver's."""
+    the report either: scipy and matplotlib are the driver's. Nor does a process that starts
+    ``plugdrop ablate`` (a torchrun rank, a launcher's job) import scipy before it decides
+    (a second of each one's start)."""
     import os
     import subprocess
     import sys
@@ -350,6 +352,9 @@ def test_importing_plugdrop_imports_no_compiler():
             "import plugdrop.ablate.launch.submitit, plugdrop.ablate.launch.ray\n"
             "loaded += sorted(m for m in sys.modules if m.startswith(("
             "'plugdrop.ablate.report', 'scipy', 'matplotlib')))\n"
+            "import plugdrop.cli, plugdrop.cli.ablate, plugdrop.ablate.study, "
+            "plugdrop.ablate.execute, plugdrop.ablate.worker, plugdrop.ablate.decide\n"
+            "loaded += sorted(m for m in sys.modules if m.startswith(('scipy', 'matplotlib')))\n"
             "sys.exit(f'loaded: {loaded[:5]}' if loaded else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})

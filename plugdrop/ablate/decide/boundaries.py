@@ -36,9 +36,9 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy import special
 
 from ..config.spending import DEFAULT_SPENDING, Spending
+from . import _scipy as sp
 
 __all__ = ["DEFAULT_SPENDING", "Spending", "critical_values", "crossing_probabilities",
            "repeated_p", "spent"]
@@ -214,7 +214,7 @@ def _above(law: _Law, n: int, e: np.ndarray) -> np.ndarray:
     cos = np.cos(phi)
     gstar = (e[..., None, None] * sn1 - np.sin(phi)) / (sn * cos)
     f = law.cdf(gstar.reshape(len(e), -1)).reshape(gstar.shape)
-    dens = cos ** (n - 1) / special.beta(0.5, n / 2.0)
+    dens = cos ** (n - 1) / sp.special.beta(0.5, n / 2.0)
     return np.asarray(((law.mass[:, None, None, None] - f) * dens * _GLW).sum(-1) * half).sum(-1)
 
 
@@ -236,16 +236,16 @@ def _run(looks: tuple[int, ...], sides: int, inc: np.ndarray, crit: np.ndarray |
     if not given:
         a = inc[:, 0]
         with np.errstate(invalid="ignore"):
-            c[:, 0] = np.where(a > 0, np.maximum(-special.stdtrit(n1 - 1, np.minimum(
+            c[:, 0] = np.where(a > 0, np.maximum(-sp.special.stdtrit(n1 - 1, np.minimum(
                 a / div, 0.5)), 0.0), np.inf)
-    probs[:, 0] = div * special.stdtr(n1 - 1, -c[:, 0])
+    probs[:, 0] = div * sp.special.stdtr(n1 - 1, -c[:, 0])
     full, shift, hi = np.ones(size), np.zeros(size), _g(c[:, 0], n1)
     lo = -hi if sides == 2 else -full
 
     def first(g: np.ndarray) -> np.ndarray:  # P(lo <= g_1 <= g): t with n1 - 1 df
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.sqrt(n1 - 1) * g / np.sqrt(1.0 - g * g)
-        return special.stdtr(n1 - 1, t) - (probs[:, :1] / 2 if sides == 2 else 0.0)
+        return sp.special.stdtr(n1 - 1, t) - (probs[:, :1] / 2 if sides == 2 else 0.0)
 
     law, n = _Law(lo, hi, first), n1
     for k in range(1, len(looks)):
@@ -264,7 +264,7 @@ def _run(looks: tuple[int, ...], sides: int, inc: np.ndarray, crit: np.ndarray |
                 cap = np.log(reach * math.sqrt(n) / np.sqrt(np.maximum(1.0 - reach ** 2, 0.0)))
             c[:, k] = _solve(cross, inc[:, k], law.mass, n + 1, div, shift, cap)
             with np.errstate(divide="ignore", invalid="ignore"):
-                quant = -special.stdtrit(n, np.minimum(inc[:, k] / div, 0.5))
+                quant = -sp.special.stdtrit(n, np.minimum(inc[:, k] / div, 0.5))
                 shift = np.nan_to_num(np.log(c[:, k]) - np.log(quant), nan=0.0, posinf=0.0,
                                       neginf=0.0)
         probs[:, k] = cross(c[:, k])
@@ -292,7 +292,7 @@ def _solve(cross: Callable[[np.ndarray], np.ndarray], target: np.ndarray, mass: 
         x[idx] = np.exp(lc)
         return np.log(np.maximum(cross(x)[idx], 1e-300)) - np.log(tg)
 
-    top = np.log(np.maximum(-special.stdtrit(n - 1, np.minimum(tg / div, 0.5)), 1e-3))
+    top = np.log(np.maximum(-sp.special.stdtrit(n - 1, np.minimum(tg / div, 0.5)), 1e-3))
     ceil, tol = cap[idx] - 1e-3, 1e-10 + 1e-15 / tg  # P is known to about 1e-16
     x0 = np.minimum(top + np.clip(shift[idx], -1.0, 0.0), ceil)
     x1 = x0 - 0.01

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
-from scipy import special
 
 from ..config import DecisionRule, SeedPlan
+from . import _scipy as sp
 from .decision import (BETTER, DROPPED, EQUIVALENT, INCONCLUSIVE, OPEN, WORSE, Decision,
                        Replay)
 
@@ -38,7 +38,7 @@ PROCEDURE = ("legacy (an ablation started before plugdrop's exact group-sequenti
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: int) -> float:
     """The ``q`` quantile of Student's t with ``df`` degrees of freedom (scipy.special)."""
-    return float(special.stdtrit(df, q))
+    return float(sp.special.stdtrit(df, q))
 
 
 def spending(t: float) -> float:
@@ -109,7 +109,7 @@ def _look(plan: SeedPlan, baseline: str, m: int, rule: DecisionRule, k: int, v: 
     else:
         h = _t_quantile(1.0 - a_k / 2.0, n - 1) * sd / math.sqrt(n)
         low_k, high_k = mean - h, mean + h
-        p_k = float(2.0 * special.stdtr(n - 1, -abs(mean) / (sd / math.sqrt(n))))
+        p_k = float(2.0 * sp.special.stdtr(n - 1, -abs(mean) / (sd / math.sqrt(n))))
     low, high = max(lows[v], low_k), min(highs[v], high_k)
     if low > high:  # the intervals disagree (a coverage miss): keep the latest
         low, high = low_k, high_k

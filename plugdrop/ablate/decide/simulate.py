@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, special, stats
 
+from . import _scipy as sp
 from .boundaries import DEFAULT_SPENDING, Spending
 from .passing import Graph
 from .verdicts import (BETTER, EQUIVALENT, INCONCLUSIVE, OPEN, WORSE, SeqDesign, State,
@@ -45,7 +45,7 @@ SKEWNESS = 1.75
 
 
 def _lognormal_sigma(skew: float) -> float:
-    return float(optimize.brentq(lambda s: (math.exp(s * s) + 2) * math.sqrt(math.expm1(s * s))
+    return float(sp.optimize.brentq(lambda s: (math.exp(s * s) + 2) * math.sqrt(math.expm1(s * s))
                                  - skew, 1e-6, 5.0))
 
 
@@ -122,7 +122,7 @@ def legacy_run(looks: Sequence[int], diffs: np.ndarray, alpha: float = 0.05,
         mean, sd = d.mean(-1), d.std(-1, ddof=1)
         a_k = alpha / V * w[k]
         flat = sd <= 1e-12 * np.maximum(1.0, np.abs(mean))
-        h = np.where(flat, 0.0, special.stdtrit(n - 1, 1.0 - a_k / 2.0) * sd / math.sqrt(n))
+        h = np.where(flat, 0.0, sp.special.stdtrit(n - 1, 1.0 - a_k / 2.0) * sd / math.sqrt(n))
         lo, hi = np.maximum(lows, mean - h), np.minimum(highs, mean + h)
         miss = lo > hi
         lo, hi = np.where(miss, mean - h, lo), np.where(miss, mean + h, hi)
@@ -143,7 +143,7 @@ def fixed_run(diffs: np.ndarray, alpha: float = 0.05) -> np.ndarray:
     mean, sd = diffs.mean(-1), diffs.std(-1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(sd > 0, mean / (sd / math.sqrt(n)), np.sign(mean) * np.inf)
-    p = np.nan_to_num(2.0 * special.stdtr(n - 1, -np.abs(t)), nan=1.0)
+    p = np.nan_to_num(2.0 * sp.special.stdtr(n - 1, -np.abs(t)), nan=1.0)
     order = np.argsort(p, 1)
     ps = np.take_along_axis(p, order, 1)
     ok = np.cumprod(ps <= alpha / (V - np.arange(V)), 1).astype(bool)
@@ -275,16 +275,16 @@ def seeds_needed(effect: float, level: float, power: float = 0.8, limit: int = 1
         return None
 
     def reached(n: int) -> bool:
-        c, nc = float(special.stdtrit(n - 1, 1.0 - level / 2.0)), d * math.sqrt(n)
-        wrong_way = float(np.nan_to_num(stats.nct.cdf(-c, n - 1, nc)))  # nan: underflow
-        right_way = float(stats.nct.sf(c, n - 1, nc))
+        c, nc = float(sp.special.stdtrit(n - 1, 1.0 - level / 2.0)), d * math.sqrt(n)
+        wrong_way = float(np.nan_to_num(sp.stats.nct.cdf(-c, n - 1, nc)))  # nan: underflow
+        right_way = float(sp.stats.nct.sf(c, n - 1, nc))
         if math.isnan(right_way):  # a noncentrality beyond scipy's reach (an effect of 1e300)
             right_way = 1.0 if nc > c else 0.0
         return right_way + wrong_way >= power
 
     # bracket the count around the normal approximation (a few evaluations), then bisect:
     # not reached(lo) (one seed tests nothing), reached(hi)
-    z = float(special.ndtri(1.0 - level / 2.0) + special.ndtri(power))
+    z = float(sp.special.ndtri(1.0 - level / 2.0) + sp.special.ndtri(power))
     ratio = z / d  # an effect of 1e-300 sd: beyond any limit ((z / d) ** 2 overflows)
     guess = limit if ratio >= math.sqrt(limit) else int(min(max(2.0, math.ceil(ratio ** 2)
                                                                 + 1.0), limit))

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats as _st
+
+from . import _scipy as sp
 
 __all__ = ["MIN_SEEDS", "Interval", "Paired", "mean_ci", "p_cell", "paired_difference"]
 
@@ -36,7 +37,7 @@ def _t_half_width(values: np.ndarray, confidence: float) -> float:
     if _no_spread(values):
         return 0.0
     sd = float(np.std(values, ddof=1))
-    q = float(_st.t.ppf(0.5 + confidence / 2, n - 1))
+    q = float(sp.stats.t.ppf(0.5 + confidence / 2, n - 1))
     return q * sd / math.sqrt(n)
 
 
@@ -240,5 +241,5 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float],
         p = 1.0 if abs(mean) <= _SAME else 0.0
         return Paired(mean, mean, mean, p, n, seeds, confidence, conclusive, note)
     h = _t_half_width(d, confidence)
-    p = float(_st.ttest_rel(xa, xb).pvalue)
+    p = float(sp.stats.ttest_rel(xa, xb).pvalue)
     return Paired(mean, mean - h, mean + h, p, n, seeds, confidence, conclusive, note)

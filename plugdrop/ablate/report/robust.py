@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _st
 
 __all__ = ["Robust", "iqm", "probability_of_improvement", "robust"]
 
@@ -44,7 +43,9 @@ class Robust:
 
 def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """The interquartile mean along ``axis``: the mean of the middle 50% of the values."""
-    return np.asarray(_st.trim_mean(x, 0.25, axis=axis))
+    from scipy import stats  # when first needed: a process that only trains never imports it
+
+    return np.asarray(stats.trim_mean(x, 0.25, axis=axis))
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -82,9 +83,11 @@ def _interval(data: tuple[np.ndarray, ...], statistic: object) -> tuple[float | 
                                                                       float | None]:
     if any(len(d) < 2 for d in data) or all(np.ptp(d) == 0 for d in data):
         return None, None
+    from scipy import stats
+
     with warnings.catch_warnings():  # a degenerate resample: scipy warns, the interval stands
         warnings.simplefilter("ignore")
-        res = _st.bootstrap(data, statistic, n_resamples=RESAMPLES, confidence_level=0.95,
+        res = stats.bootstrap(data, statistic, n_resamples=RESAMPLES, confidence_level=0.95,
                             method="percentile", vectorized=True, axis=-1,
                             random_state=np.random.default_rng(0))
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
