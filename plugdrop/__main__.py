@@ -1,3 +1,3 @@
-from plugdrop.cli import main
+from plugdrop.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -76,7 +76,7 @@ def test_the_sdist_and_the_wheel_hold_the_kernel_source_and_the_command(dist):
             "plugdrop/_kernels/_csrc/pycall.c", "plugdrop/ablate/runs/checkpoints.py"} <= names
     info = f"plugdrop-{pd.__version__}.dist-info"
     entry = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
-    assert "plugdrop = plugdrop.cli:main" in entry
+    assert "plugdrop = plugdrop.cli:entry" in entry
     meta = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     for extra in ("cli", "slurm", "ray", "dev"):
         assert f"Provides-Extra: {extra}" in meta

@@ -238,4 +238,8 @@ def job_main(out: Path, run_id: str, *, launcher: str = "worker", threads: int |
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    import gc
+
+    gc.freeze()  # the process ends: no last collection over torch's objects (a second or more)
+    sys.exit(status)

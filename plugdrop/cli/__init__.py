@@ -15,10 +15,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from . import ablate, layers, plan, report, search
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "entry", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,3 +48,16 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def entry() -> NoReturn:
+    """The ``plugdrop`` command and ``python -m plugdrop``: :func:`main`, its status the
+    process's. What the command made is left to the process's end (:func:`gc.freeze`) instead
+    of to a last collection over every object, which takes a second or more once torch (and
+    timm) are loaded: in each torchrun rank and launcher's job too. Files are closed and
+    ``atexit`` handlers run as before."""
+    code = main()
+    import gc
+
+    gc.freeze()
+    raise SystemExit(code)
