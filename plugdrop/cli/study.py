@@ -86,6 +86,7 @@ def run(command: str, args: argparse.Namespace, strategy_for: Callable[[], Any],
                 say(command, one_line(line))
             say(command, one_line(e))
         teardown(d)
+        rank0_first(rank, world, d)
         # Under torchrun the launcher adds its failure report after this line: a mistake must
         # not look like success to a script or a scheduler, so the status stays non-zero.
         return Exit.MISTAKE
@@ -95,6 +96,7 @@ def run(command: str, args: argparse.Namespace, strategy_for: Callable[[], Any],
             fix = f"; {e.fix}" if e.fix else ""
             say(command, f"{one_line(e)}{fix} with: {again}")
         teardown(d)
+        rank0_first(rank, world, d)
         return Exit.FAULT
     code = finish(args, strategy, outcome, d)
     if outcome.stopped:
@@ -119,6 +121,22 @@ def stopped_lines(command: str, args: argparse.Namespace, out: Path, outcome: An
                     "checkpointed): the resumed runs start it with PLUGDROP_RESUME=1")
         print(f"\nplugdrop {command}: {kept}. Resume with:\n  "
               f"{resume_command(args.argv, out)}", file=sys.stderr, flush=True)
+
+
+#: how long a rank other than 0 waits before it ends on a mistake or a fault that every rank
+#: meets before training (torchrun stops the other ranks when the first one ends)
+RANK0_FIRST_S = 10.0
+
+
+def rank0_first(rank: int, world: int, d: Any) -> None:
+    """(Under torchrun, before the ranks joined one process group.) A rank other than 0 waits
+    :data:`RANK0_FIRST_S` before it ends, so that rank 0 has said the mistake (the one line)
+    when torchrun stops the ranks: the first rank to end decides what torchrun reports, and
+    without it a faster rank 1 got rank 0 killed before its line."""
+    import time
+
+    if rank != 0 and world > 1 and (d is None or not d.active):
+        time.sleep(RANK0_FIRST_S)
 
 
 def teardown(d: Any) -> None:

@@ -243,6 +243,25 @@ def test_under_torchrun_a_mistake_is_one_line_once(tmp_path):
     assert "Traceback" not in bad.stderr[:ours], bad.stderr[-3000:]  # ours comes first
 
 
+def test_a_rank_other_than_0_ends_on_a_mistake_after_rank_0_has_said_it(monkeypatch):
+    """torchrun stops every rank when the first one ends: a rank other than 0 that met the
+    mistake (before the process group) waits, so a faster rank 1 no longer gets rank 0
+    stopped before its line (the torchrun test above failed so, once a rank's exit got
+    faster)."""
+    import time
+    from types import SimpleNamespace
+
+    from plugdrop.cli import study
+
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    study.rank0_first(1, 2, None)
+    assert slept == [study.RANK0_FIRST_S] and study.RANK0_FIRST_S >= 5
+    for rank, world, d in ((0, 2, None), (0, 1, None), (1, 2, SimpleNamespace(active=True))):
+        study.rank0_first(rank, world, d)  # rank 0, one process, or after the group's barrier
+    assert len(slept) == 1
+
+
 @pytest.mark.slow
 def test_report_command(tmp_path, capsys):
     """``plots: false`` (here through ``--set``): the ablation writes its tables, CSV, JSON
