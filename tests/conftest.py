@@ -70,17 +70,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _RANK.get(item.nodeid.split("[")[0], len(_FIRST)))
 
 
-def pytest_runtest_teardown(item, nextitem):
-    """After the last test of the clusters group in this process, the Ray cluster it started
-    stops, instead of polling (about 6% of a core) until the process ends."""
-    import sys
-
-    helpers = sys.modules.get("_runner_helpers")
-    if (helpers is not None and nextitem is not None and "ray_cluster" in getattr(
-            item, "fixturenames", ()) and not set(_GROUPS) & set(nextitem.fixturenames)):
-        helpers.stop_ray()
-
-
 _UNGROUPED: list[str] = []
 
 

@@ -204,13 +204,13 @@ def reference(tmp_path_factory) -> Callable[[str], Path]:
 _RAY: list = []  # the cluster this process started: one for all its tests
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster on this machine's 2 CPUs (jobs import the worktree and tinynet),
-    started once per test process and shut down when it exits or when the next test of the
-    process needs none (``tests/conftest.py``; Ray's workers stay warm between tests); skips
-    where the ray extra is missing or a cluster cannot start. (A module imports it to use
-    it: a second ``conftest.py`` would shadow the suite's, which tests import by name.)"""
+    started once per test process and shut down when it exits (Ray's workers stay warm between
+    modules); skips where the ray extra is missing or a cluster cannot start. (A module imports
+    it to use it: a second ``conftest.py`` would shadow the suite's, which tests import by
+    name.)"""
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     if not _RAY:
         old = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
@@ -229,10 +229,3 @@ def ray_cluster():
         _RAY.append(ray)
         atexit.register(ray.shutdown)
     yield ray
-
-
-def stop_ray() -> None:
-    """Shut down the cluster this process started (the next test that needs one starts it
-    again): its processes poll while idle, about 6% of a core."""
-    if _RAY:
-        _RAY.pop().shutdown()
