@@ -552,6 +552,14 @@ def test_open_shows_the_verdicts_in_a_graphical_browser_or_says_where_they_are(
     assert open_page(page, "verdicts").startswith("The verdicts: ")
 
 
+@pytest.mark.parametrize("value", ["0", "ten", "2.5", "''"])
+def test_eval_every_mistakes_are_one_line(tmp_path, capsys, value):
+    assert main(["ablate", str(write(tmp_path, SMALL)), "--list", "--set",
+                 f"eval_every={value}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "eval_every" in err[0] and "an integer >= 1" in err[0], err
+
+
 @pytest.mark.parametrize("value", ["0", "big", "1.5"])
 def test_eval_batch_size_mistakes_are_one_line(tmp_path, capsys, value):
     assert main(["ablate", str(write(tmp_path, SMALL)), "--list", "--set",

@@ -1,6 +1,6 @@
-"""scipy's ``special``, ``stats``, ``optimize`` and ``interpolate``, each imported when it is
-first used: a process that never decides (a torchrun rank, a launcher's job, a run's worker)
-does not pay the second that importing them takes.
+"""scipy's ``special``, ``stats`` and ``optimize``, each imported when it is first used: a
+process that never decides (a torchrun rank, a launcher's job, a run's worker) does not pay
+the second that importing them takes.
 
     >>> from plugdrop.ablate.decide import _scipy as sp
     >>> float(sp.special.ndtri(0.5))
@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_MODULES = ("special", "stats", "optimize", "interpolate")
+_MODULES = ("special", "stats", "optimize")
 
 
 def __getattr__(name: str) -> Any:

@@ -45,8 +45,10 @@ SKEWNESS = 1.75
 
 
 def _lognormal_sigma(skew: float) -> float:
-    return float(sp.optimize.brentq(lambda s: (math.exp(s * s) + 2) * math.sqrt(math.expm1(s * s))
-                                 - skew, 1e-6, 5.0))
+    def excess(s: float) -> float:  # the lognormal's skewness at sigma s, minus the target
+        return (math.exp(s * s) + 2) * math.sqrt(math.expm1(s * s)) - skew
+
+    return float(sp.optimize.brentq(excess, 1e-6, 5.0))
 
 
 def _standard(law: str, shape: tuple[int, ...], rng: np.random.Generator, skew: float
