@@ -120,6 +120,28 @@ def test_a_script_without_a_main_guard_is_not_run_again_in_its_jobs(tmp_path):
     assert _printed(log)[0]["warm"]
 
 
+def test_the_server_leaves_its_objects_to_the_end_of_its_process(tmp_path):
+    """The server ends with its driver, holding the driver's output until it is gone: it
+    freezes its objects at exit (no last collection over torch's, a second or more), and is
+    the first thing the server imports. A process forked from it (a job) is left alone."""
+    assert warm.PRELOAD[0] == "plugdrop.ablate.launch.server_exit"
+    path = HERE.parents[1] / "plugdrop" / "ablate" / "launch" / "server_exit.py"
+    code = ("import atexit, gc, importlib.util, os, sys\n"
+            "atexit.register(lambda: print(os.getpid() == server, gc.get_freeze_count() > 0,"
+            " flush=True))\n"
+            "server = os.getpid()\n"
+            f"spec = importlib.util.spec_from_file_location('server_exit', {str(path)!r})\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "child = os.fork()\n"
+            "if child == 0:\n"
+            "    sys.exit(0)\n"
+            "os.waitpid(child, 0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False False", "True True"]  # the job, the server
+
+
 def test_a_server_that_cannot_start_falls_back_to_fresh_interpreters(tmp_path, monkeypatch,
                                                                        capsys):
     """The server failing (no room for its socket, say): one line, then fresh interpreters;

@@ -39,9 +39,11 @@ from typing import IO, Any
 __all__ = ["FRESH", "PRELOAD", "WarmProcess", "call", "enabled", "failed", "module_command",
            "preload", "spawn", "start", "usable"]
 
-#: what the server imports once: the worker (torch, plugdrop's runner) and the parts of timm
-#: a run builds (its optimizer, scheduler and data factories; timm imports torchvision)
-PRELOAD = ["plugdrop.ablate.worker", "timm.optim", "timm.scheduler", "timm.data", "timm.utils"]
+#: what the server imports once: its own quick end (:mod:`.server_exit`), the worker (torch,
+#: plugdrop's runner) and the parts of timm a run builds (its optimizer, scheduler and data
+#: factories; timm imports torchvision)
+PRELOAD = ["plugdrop.ablate.launch.server_exit", "plugdrop.ablate.worker", "timm.optim",
+           "timm.scheduler", "timm.data", "timm.utils"]
 
 #: modules that start in a fresh interpreter all the same (torchrun starts its ranks afresh)
 FRESH = frozenset({"torch.distributed.run"})
