@@ -256,6 +256,54 @@ def test_a_device_key_is_read_by_the_noise_kernel(device):
     assert not torch.equal(first, second)
 
 
+def _philox_normals(k0: int, k1: int, n: int) -> torch.Tensor:
+    """The noise kernel's ``z`` for key words ``k0, k1``, written from the definitions (numpy,
+    float32): Philox4x32-10 at counter ``q`` (key: ``k0`` and the low 31 bits of ``k1``),
+    its four words as uniforms, two Box-Muller pairs; element ``i`` takes normal ``i % 4``
+    of counter ``i // 4``."""
+    import numpy as np
+
+    m32 = np.uint64(0xFFFFFFFF)
+    draws = (n + 3) // 4
+    c = [np.arange(draws, dtype=np.uint64), np.zeros(draws, np.uint64),
+         np.zeros(draws, np.uint64), np.zeros(draws, np.uint64)]
+    key = [np.uint64(k0 & 0xFFFFFFFF), np.uint64(k1 & 0x7FFFFFFF)]
+    a, b = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    for _ in range(10):
+        pa, pb = a * c[0], b * c[2]
+        c = [(pb >> np.uint64(32)) ^ c[1] ^ key[0], pb & m32,
+             (pa >> np.uint64(32)) ^ c[3] ^ key[1], pa & m32]
+        key = [(key[0] + np.uint64(0x9E3779B9)) & m32, (key[1] + np.uint64(0xBB67AE85)) & m32]
+    u = []
+    for w in c:
+        s = w.astype(np.uint32).view(np.int32)
+        s = np.where(s < 0, ~s, s)
+        u.append(s.astype(np.float32) * np.float32(4.6566127342e-10))
+    z = []
+    for u1, u2 in ((u[0], u[1]), (u[2], u[3])):
+        r = np.sqrt(np.float32(-2.0) * np.log(np.maximum(np.float32(1e-7), u1)))
+        th = np.float32(6.283185307179586) * u2
+        z += [r * np.cos(th), r * np.sin(th)]
+    return torch.from_numpy(np.stack(z, axis=1).reshape(-1)[:n].astype(np.float32))
+
+
+def test_the_noise_is_philox_four_normals_per_draw_for_any_tile(device, monkeypatch):
+    """Four normals per Philox draw (as torch's randn uses them), element ``i`` normal ``i % 4``
+    of counter ``i // 4``: equal to the definitions, and the same numbers whatever the tile
+    of a program (a GPU's 1,024 elements, the interpreter's 65,536; 13 elements past a whole
+    tile)."""
+    from plugdrop._kernels.gpu import noise
+
+    n = 4 * 300 + 13
+    x = torch.zeros(n, device=device)
+    z = noise.noise(x, (123456789, 2**32 - 5), 1.0, False)
+    want = _philox_normals(123456789, 2**32 - 5, n)
+    assert torch.allclose(z.cpu(), want, rtol=1e-5, atol=1e-5), (z.cpu() - want).abs().max()
+    if device == "cpu":  # the interpreter's tile, made small: many programs
+        monkeypatch.setattr(noise, "_BLOCK_INTERPRETED", 16)
+        assert torch.equal(noise.noise(x, (123456789, 2**32 - 5), 1.0, False), z)
+
+
 _KEYED = {"drop_block": lambda t: F.drop_block(t, 0.2, 3),
           "noise": lambda t: F.gaussian_noise(t, 0.5, multiplicative=True)}
 
