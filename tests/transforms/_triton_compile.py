@@ -6,8 +6,9 @@ Triton's interpreter runs the kernels' code but compiles nothing, and a compiled
 an integer argument equal to 1 becomes a constant (``x.to(...)`` on it fails), types are checked
 for the GPU, loops are lowered. Here the launches that plugdrop makes for a set of tensors are
 intercepted and compiled as the JIT would compile them (the same specialization of each
-argument) down to the GPU's binary (Triton's own ``ptxas``; no GPU, no driver). Run it in a
-process without ``TRITON_INTERPRET``."""
+argument) down to the GPU's binary (Triton's own ``ptxas``; no GPU, no driver). For the row
+kernel it also prints how the compiled pass reads ``x`` (vector or 16-bit loads) and rounds
+to bfloat16. Run it in a process without ``TRITON_INTERPRET``."""
 
 from __future__ import annotations
 
@@ -60,9 +61,15 @@ class _Recorder:
         if key in self.seen:
             return
         self.seen.add(key)
-        triton.compile(ASTSource(fn, signature, consts, attrs), target=self.target)
+        compiled = triton.compile(ASTSource(fn, signature, consts, attrs), target=self.target)
         print(f"compiled {fn.__name__}: "
               + ", ".join(f"{k}={v}" for k, v in signature.items() if v != "constexpr"))
+        if fn.__name__ == "_rows_kernel":  # how its pass reads x and rounds (the test checks)
+            ptx = compiled.asm["ptx"]
+            print(f"memory of _rows_kernel W={values['W']} {signature['x_ptr']} "
+                  f"{'scaled' if values['HAS_SCALE'] else 'unscaled'}: "
+                  f"{ptx.count('ld.global.v')} vector loads, {ptx.count('ld.global.b16')} "
+                  f"16-bit loads, {ptx.count('cvt.rn.bf16')} rounding conversions")
 
 
 def main(arch: int) -> None:

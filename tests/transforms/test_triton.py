@@ -9,6 +9,8 @@ exactly: what passes here is the code that runs on a GPU. Marker: ``triton``."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -441,6 +443,15 @@ def test_every_kernel_compiles_for_an_h100(tmp_path):
     for kernel in ("_seeds_kernel", "_rows_kernel", "_rows_cl_kernel", "_apply_kernel",
                    "_noise_kernel"):
         assert f"compiled {kernel}:" in proc.stdout
+    # the row kernel's pass on 12-wide maps (rows of 48 and 24 bytes): x read in vectors, not
+    # element by element, and bfloat16 rounded by the GPU's conversion, not by hand
+    memory = {line.split(": ")[0]: line for line in proc.stdout.splitlines()
+              if line.startswith("memory of _rows_kernel W=12 ")}
+    for dtype in ("*fp32", "*bf16"):
+        line = memory[f"memory of _rows_kernel W=12 {dtype} scaled"]
+        vector, scalar16, rounding = map(int, re.findall(r"(\d+) [\w-]+ (?:loads|conv)", line))
+        assert vector > 0 and scalar16 == 0, line
+        assert rounding > 0 if dtype == "*bf16" else rounding == 0, line
 
 
 # ---------------------------------------------------------------------- torch.compile

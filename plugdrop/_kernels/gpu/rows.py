@@ -59,13 +59,16 @@ def _row_mask(bits_ptr, n_words, m, d, h, Vd, Vh, Vw, bd, bh, bw, nd, nh):
 
 
 @triton.jit
-def _rows_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_rows, n_words, C, D, H, W,
-                 Vd, Vh, Vw, bd, bh, bw, nd, nh, SHARED: tl.constexpr,
+def _rows_kernel(x_ptr, out_ptr, bits_ptr, scale_ptr, n_rows, n_words, C, D, H,
+                 Vd, Vh, Vw, bd, bh, bw, nd, nh, W: tl.constexpr, SHARED: tl.constexpr,
                  HAS_SCALE: tl.constexpr, WIDE: tl.constexpr, BH: tl.constexpr,
                  BW: tl.constexpr):
     # Channels-first, maps at most 64 wide: a tile of BH map rows (of all maps, in memory
     # order) x BW columns; each row's mask is made once (a 64-bit word), then each element
-    # reads its bit.
+    # reads its bit. The width W is a constant of the compiled kernel: where a row's bytes
+    # are a multiple of 4, 8 or 16 (56 bfloat16 values: 112 bytes), the compiler then knows
+    # each row starts aligned and reads and writes x in vectors, several elements per
+    # instruction and each thread's elements along one row, instead of one element each.
     r = block_range(BH, WIDE)
     live = r < n_rows
     maps = r // (D * H)
@@ -143,8 +146,9 @@ def prepare(shape: tuple[int, ...], layout: int, channels: int, sizes: tuple[int
         n = B * C * D * H
         bh_ = max(1, min(tile // bw_, triton.next_power_of_2(n)))
         kernel = _rows_kernel[(triton.cdiv(n, bh_),)]
-        options = {"SHARED": channels != C, "HAS_SCALE": has_scale, "WIDE": wide, "BH": bh_,
-                   "BW": bw_}
+        common = common[:4] + common[5:]  # W: a constant of the kernel
+        options = {"W": W, "SHARED": channels != C, "HAS_SCALE": has_scale, "WIDE": wide,
+                   "BH": bh_, "BW": bw_}
     else:
         n = B * D * H
         bc = min(triton.next_power_of_2(C), max(1, tile // bw_))
