@@ -140,13 +140,13 @@ def prepare(shape: tuple[int, ...], layout: int, channels: int, sizes: tuple[int
     B, C = shape[:2]
     tile = _TILE_INTERPRETED if interpreted() else _TILE
     bw_ = triton.next_power_of_2(W)
-    common = (n_words, C, D, H, W, Vd, Vh, Vw, bd, bh, bw, min(bd, Vd), min(bh, Vh))
+    reach = (Vd, Vh, Vw, bd, bh, bw, min(bd, Vd), min(bh, Vh))
     wide = math.prod(shape) + tile >= 1 << 31 or n_words * 32 >= 1 << 31
     if layout == 0:
         n = B * C * D * H
         bh_ = max(1, min(tile // bw_, triton.next_power_of_2(n)))
         kernel = _rows_kernel[(triton.cdiv(n, bh_),)]
-        common = common[:4] + common[5:]  # W: a constant of the kernel
+        common: tuple[int, ...] = (n_words, C, D, H, *reach)  # W: a constant of the kernel
         options = {"W": W, "SHARED": channels != C, "HAS_SCALE": has_scale, "WIDE": wide,
                    "BH": bh_, "BW": bw_}
     else:
@@ -154,6 +154,7 @@ def prepare(shape: tuple[int, ...], layout: int, channels: int, sizes: tuple[int
         bc = min(triton.next_power_of_2(C), max(1, tile // bw_))
         bp = max(1, min(tile // (bw_ * bc), triton.next_power_of_2(n)))
         kernel = _rows_cl_kernel[(triton.cdiv(n, bp), triton.cdiv(C, bc))]
+        common = (n_words, C, D, H, W, *reach)
         options = {"SHARED": channels != C, "HAS_SCALE": has_scale, "WIDE": wide, "BP": bp,
                    "BW": bw_, "BC": bc}
 
