@@ -187,7 +187,8 @@ def draw_words() -> tuple[int, int]:
     same draws from the same generator (``torch.randint`` is ``random_`` of a new tensor), into
     a tensor kept per thread rather than a new one per call (half the cost)."""
     if _compat.functorch_active():  # a torch.func transform refuses the buffer's mutation
-        k0, k1 = torch.randint(0, 2**32, (2,), dtype=torch.int64).tolist()
+        with _compat.constants():  # a plain tensor: torch 2.4's jvp wraps it, with no storage
+            k0, k1 = torch.randint(0, 2**32, (2,), dtype=torch.int64).tolist()
         return k0, k1
     k0, k1 = drawn_key().tolist()
     return k0, k1
